@@ -1,0 +1,21 @@
+#!/usr/bin/env python
+"""Django's command-line utility. On the embedded defaults it starts the
+project's own PostgreSQL for the command and stops it afterwards, unless it
+was already running."""
+
+import os
+import sys
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
+    from memoryhub.runtime import embedded_postgres_for_command
+
+    with embedded_postgres_for_command():
+        from django.core.management import execute_from_command_line
+
+        execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from memoryhub.errors import MemoryhubError
+from memoryhub.services.workspaces import workspace_create
+
+
+class Command(BaseCommand):
+    help = "Create a workspace (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug")
+        parser.add_argument("--name", default="")
+
+    def handle(self, *args, slug: str, name: str, **options):
+        try:
+            tenant = workspace_create(slug=slug, name=name)
+        except MemoryhubError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(f"workspace {tenant.slug} ({tenant.id})")

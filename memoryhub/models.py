@@ -1,0 +1,361 @@
+"""memoryhub's data model.
+
+A tenant is a workspace; nothing reads across tenants. A fragment is either
+private (owned by one person or one agent) or shared (in a collection that
+access rules open to roles). Fragments are never updated in place: a change
+retires the old row (retired_at + reason + successor) so as-of reads of the
+past still see it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+EMBEDDING_DIMENSIONS = 384
+# The text search configuration the tsvector and every tsquery use.
+TEXT_SEARCH_CONFIG = "english"
+
+
+def new_receipt_id() -> str:
+    # Receipt ids are unguessable: knowing one is not a right to it, but an
+    # enumerable id would let a caller probe which receipts exist.
+    return "rcpt_" + secrets.token_urlsafe(18)
+
+
+class Tenant(models.Model):
+    """A workspace."""
+
+    class WritePolicy(models.TextChoices):
+        OPEN = "open", "Store any fact that passes the privacy checks"
+        BLOCKLIST = "blocklist", "Refuse facts that mention a blocked term"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    judgment_plane = models.BooleanField(
+        default=False, help_text="Re-rank visible results for the caller's task and task tags."
+    )
+    relevance_floor = models.FloatField(
+        default=0.0, help_text="Searches abstain when no visible fragment scores at or above this."
+    )
+    write_policy = models.CharField(max_length=16, choices=WritePolicy.choices, default=WritePolicy.OPEN)
+    blocked_terms = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class User(AbstractUser):
+    """A person. Belongs to at most one workspace; superusers may belong to none."""
+
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="users")
+
+
+class Role(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="roles")
+    name = models.SlugField(max_length=64)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="role_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A person's place in their workspace: admin or not, and their roles."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    is_admin = models.BooleanField(default=False)
+    roles = models.ManyToManyField(Role, blank=True, related_name="memberships")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant}"
+
+
+class Agent(models.Model):
+    """A headless principal bound to one workspace: an assistant registered by an
+    admin (client credentials) or a connected source's identity."""
+
+    class Kind(models.TextChoices):
+        ASSISTANT = "assistant", "Headless agent"
+        SOURCE = "source", "Connected source"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="agents")
+    name = models.SlugField(max_length=64, help_text="The name callers pass in `agents`.")
+    display_name = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.ASSISTANT)
+    application = models.OneToOneField(
+        "oauth2_provider.Application", null=True, blank=True, on_delete=models.SET_NULL, related_name="agent"
+    )
+    scopes = models.CharField(max_length=200, default="memory.read", help_text="Space-separated scopes granted.")
+    roles = models.ManyToManyField(Role, blank=True, related_name="agents")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="agent_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def scope_set(self) -> frozenset[str]:
+        return frozenset(self.scopes.split())
+
+
+class Collection(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="collections")
+    name = models.SlugField(max_length=64)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="collection_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Source(models.Model):
+    """A connected source (document store, ticket system, chat export). It writes
+    shared fragments into collections under its own agent identity."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sources")
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="source")
+    kind = models.CharField(max_length=64, default="documents")
+    default_collection = models.ForeignKey(
+        Collection, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.agent.name
+
+
+class AccessRule(models.Model):
+    """Members holding `role` may read fragments in `collection`."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="access_rules")
+    role = models.ForeignKey(Role, on_delete=models.CASCADE, related_name="access_rules")
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="access_rules")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["role", "collection"], name="access_rule_unique")]
+
+
+class Resource(models.Model):
+    """A source document a fragment is about."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="resources")
+    external_id = models.CharField(max_length=512)
+    title = models.CharField(max_length=500, blank=True)
+    uri = models.CharField(max_length=2000, blank=True)
+    source = models.ForeignKey(Source, null=True, blank=True, on_delete=models.SET_NULL, related_name="resources")
+    created_at = models.DateTimeField(null=True, blank=True, help_text="The source's own creation time.")
+    content_hash = models.CharField(max_length=64, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "external_id"], name="resource_unique_external_id")]
+
+
+class Fragment(models.Model):
+    class Retired(models.TextChoices):
+        SUPERSEDED = "superseded", "Superseded"
+        MERGED = "merged", "Merged"
+        FORGOTTEN = "forgotten", "Forgotten"
+
+    class Grounding(models.TextChoices):
+        GROUNDED = "grounded", "Grounded in a source document"
+        STATED = "stated", "Stated in conversation"
+        UNVERIFIED = "unverified", "Unverified"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="fragments")
+    # Exactly one of the three: private to a person, private to an agent, or shared.
+    owner_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="fragments"
+    )
+    owner_agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="owned_fragments"
+    )
+    collection = models.ForeignKey(
+        Collection, null=True, blank=True, on_delete=models.PROTECT, related_name="fragments"
+    )
+    source = models.ForeignKey(Source, null=True, blank=True, on_delete=models.PROTECT, related_name="fragments")
+    value = models.TextField()
+    subject_key = models.CharField(max_length=200, blank=True, help_text="What the fact is about, normalised.")
+    confidence = models.FloatField(default=1.0)
+    grounding_status = models.CharField(max_length=16, choices=Grounding.choices, default=Grounding.STATED)
+    created_at = models.DateTimeField(help_text="The source's time (backdated facts keep theirs).")
+    recorded_at = models.DateTimeField(default=timezone.now, help_text="System time the row became memory.")
+    retired_at = models.DateTimeField(null=True, blank=True)
+    retired_reason = models.CharField(max_length=16, choices=Retired.choices, blank=True)
+    successor = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    agents = models.ManyToManyField(Agent, blank=True, related_name="contributed_fragments")
+    resources = models.ManyToManyField(Resource, blank=True, related_name="fragments")
+    session_id = models.CharField(max_length=128, blank=True)
+    client_id = models.CharField(max_length=255, blank=True, help_text="OAuth client that wrote it.")
+    content_hash = models.CharField(max_length=64)
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedded_at = models.DateTimeField(null=True, blank=True)
+    search_vector = models.GeneratedField(
+        expression=models.Func(
+            models.F("value"),
+            template=f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(%(expressions)s, ''))",
+            output_field=SearchVectorField(),
+        ),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="fragment_exactly_one_home",
+                condition=(
+                    Q(owner_user__isnull=False, owner_agent__isnull=True, collection__isnull=True)
+                    | Q(owner_user__isnull=True, owner_agent__isnull=False, collection__isnull=True)
+                    | Q(owner_user__isnull=True, owner_agent__isnull=True, collection__isnull=False)
+                ),
+            ),
+            models.CheckConstraint(
+                name="fragment_retired_has_reason",
+                condition=Q(retired_at__isnull=True, retired_reason="") | Q(retired_at__isnull=False)
+                & ~Q(retired_reason=""),
+            ),
+        ]
+        indexes = [
+            HnswIndex(
+                name="fragment_embedding_hnsw", fields=["embedding"], m=16, ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(name="fragment_search_vector_gin", fields=["search_vector"]),
+            models.Index(name="fragment_live_owner_user", fields=["tenant", "owner_user"],
+                         condition=Q(retired_at__isnull=True, owner_user__isnull=False)),
+            models.Index(name="fragment_owner_agent", fields=["tenant", "owner_agent"],
+                         condition=Q(owner_agent__isnull=False)),
+            models.Index(name="fragment_collection", fields=["tenant", "collection"],
+                         condition=Q(collection__isnull=False)),
+            models.Index(name="fragment_tenant_recorded", fields=["tenant", "recorded_at"]),
+            models.Index(name="fragment_tenant_created", fields=["tenant", "created_at"]),
+            models.Index(name="fragment_retired_at", fields=["retired_at"], condition=Q(retired_at__isnull=False)),
+            models.Index(name="fragment_content_hash", fields=["tenant", "content_hash"]),
+            models.Index(name="fragment_subject", fields=["tenant", "subject_key"]),
+            models.Index(name="fragment_unembedded", fields=["recorded_at"], condition=Q(embedding__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return self.value[:60]
+
+
+class Proposal(models.Model):
+    """An agent's write, parked until a workspace admin decides it."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Awaiting review"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="proposals")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="proposals")
+    content = models.TextField()
+    session_id = models.CharField(max_length=128, blank=True)
+    resource = models.CharField(max_length=512, blank=True)
+    client_id = models.CharField(max_length=255, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decision_reason = models.TextField(blank=True)
+    edited_content = models.TextField(blank=True)
+    result = models.JSONField(null=True, blank=True, help_text="What the write pipeline did on approval.")
+
+    class Meta:
+        indexes = [models.Index(name="proposal_queue", fields=["tenant", "state", "created_at"])]
+        ordering = ["created_at"]
+
+
+class Receipt(models.Model):
+    """A serving receipt: who read, under which roles, what they asked, when, and what was served."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_receipt_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="receipts")
+    reader_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="receipts"
+    )
+    reader_agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="receipts")
+    principal_kind = models.CharField(max_length=16)
+    subject = models.CharField(max_length=255)
+    client_id = models.CharField(max_length=255, blank=True)
+    roles = models.JSONField(default=list, help_text="Role audience at the moment of the read.")
+    request = models.JSONField(help_text="The full search request as the caller sent it.")
+    as_of = models.DateTimeField()
+    as_of_explicit = models.BooleanField(default=False)
+    served = models.JSONField(default=list, help_text="Fragment ids served, in rank order.")
+    abstained = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(name="receipt_reader", fields=["tenant", "subject", "created_at"])]
+        constraints = [
+            models.CheckConstraint(
+                name="receipt_one_reader",
+                condition=Q(reader_user__isnull=False, reader_agent__isnull=True)
+                | Q(reader_user__isnull=True, reader_agent__isnull=False),
+            )
+        ]
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer to a write, kept for 24 hours under its idempotency key."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    principal = models.CharField(max_length=300, help_text="kind:subject of the writer.")
+    key = models.CharField(max_length=255)
+    payload_hash = models.CharField(max_length=64)
+    response = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "principal", "key"], name="idempotency_unique_key")
+        ]
+        indexes = [models.Index(name="idempotency_created", fields=["created_at"])]
+
+
+class EnforcementAlarm(models.Model):
+    """A row the index query returned but the row check refused: evidence that the
+    two layers disagree. Should never exist; the admin shows any that do."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    fragment_id = models.UUIDField()
+    subject = models.CharField(max_length=255)
+    principal_kind = models.CharField(max_length=16)
+    reason = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)

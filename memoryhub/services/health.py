@@ -1,0 +1,53 @@
+"""Readiness: does each dependency answer right now?"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from django.core.cache import cache
+from django.db import connection
+
+
+
+
+def _database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("the pgvector extension is not installed")
+    return f"pgvector {row[0]}"
+
+
+def _redis() -> str:
+    cache.set("readyz", "1", 5)
+    if cache.get("readyz") != "1":
+        raise RuntimeError("Redis did not return what was written")
+    return "ok"
+
+
+def _embedder() -> str:
+    from memoryhub.embeddings import get_embedder
+
+    embedder = get_embedder()
+    vector = embedder.embed(["readiness probe"])[0]
+    if len(vector) != embedder.dimensions:
+        raise RuntimeError("embedder returned a vector of the wrong size")
+    return embedder.name
+
+
+CHECKS: dict[str, Callable[[], str]] = {"database": _database, "redis": _redis, "embedder": _embedder}
+
+
+def readiness() -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    for name, check in CHECKS.items():
+        started = time.perf_counter()
+        try:
+            detail = check()
+            results[name] = {"ok": True, "detail": detail}
+        except Exception as exc:  # noqa: BLE001 - a readiness probe reports every failure as data
+            results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        results[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return results

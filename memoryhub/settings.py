@@ -1,0 +1,226 @@
+"""memoryhub settings: everything comes from the environment; with nothing set it
+boots on the embedded defaults (see memoryhub/embedded.py and the README's
+configuration table)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from memoryhub import embedded
+
+
+def envbool(name: str, default: str = "False") -> bool:
+    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
+
+
+def envint(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+def envfloat(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+def envlist(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = embedded.data_dir()
+
+DEBUG = envbool("DEBUG")
+# A development key is fine only with DEBUG on; production must set SECRET_KEY.
+SECRET_KEY = os.environ.get("SECRET_KEY") or ("insecure-development-key" if DEBUG else "")
+if not SECRET_KEY:
+    _key_file = DATA_DIR / "secret_key"
+    if not _key_file.exists():
+        import secrets
+
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        _key_file.write_text(secrets.token_urlsafe(50))
+        _key_file.chmod(0o600)
+    SECRET_KEY = _key_file.read_text().strip()
+
+# The public origin clients use, e.g. https://memory.example.com. Resource URLs
+# (/mcp, /mcp/readonly) and OAuth metadata are built from it.
+BASE_URL = os.environ.get("MEMORYHUB_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", f"127.0.0.1,localhost,{urlsplit(BASE_URL).hostname}")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", BASE_URL)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "oauth2_provider",
+    "memoryhub",
+    "reviews",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "memoryhub.middleware.SecurityHeadersMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "memoryhub.urls"
+AUTH_USER_MODEL = "memoryhub.User"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+ASGI_APPLICATION = "memoryhub.asgi.application"
+
+
+def _database_from_url(url: str) -> dict:
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql", "pgsql"):
+        raise ValueError("DATABASE_URL must be a postgres:// URL: memoryhub runs on PostgreSQL with pgvector only")
+    options = dict(parse_qsl(parts.query))
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "memoryhub",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": unquote(parts.hostname or ""),
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+    }
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+EMBEDDED_POSTGRES = not DATABASE_URL
+if DATABASE_URL:
+    _default_db = _database_from_url(DATABASE_URL)
+else:
+    _default_db = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": embedded.DATABASE_NAME,
+        "USER": embedded.DATABASE_USER,
+        "HOST": str(embedded.postgres_socket_dir(DATA_DIR)),
+        "OPTIONS": {},
+    }
+_default_db["CONN_MAX_AGE"] = envint("DATABASE_CONN_MAX_AGE", 0)
+_default_db["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME") or None}
+DATABASES = {"default": _default_db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": os.environ.get("MEMORYHUB_CACHE_PREFIX", "memoryhub"),
+    }
+}
+RATELIMIT_USE_CACHE = "default"
+
+# Celery: broker and results on Redis; a task is acknowledged only after it
+# ran, so a killed worker's task is delivered again.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL.replace("unix://", "redis+socket://", 1)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or CELERY_BROKER_URL.replace(
+    "redis+socket://", "socket://", 1
+)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("MEMORYHUB_TASK_QUEUE", "memoryhub")
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 600)}
+CELERY_RESULT_EXPIRES = 3600
+
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+
+# Security headers. Cookies and HSTS tighten whenever DEBUG is off.
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+_https = BASE_URL.startswith("https://")
+SESSION_COOKIE_SECURE = _https and not DEBUG
+CSRF_COOKIE_SECURE = _https and not DEBUG
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000) if (_https and not DEBUG) else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND_TLS_PROXY") else None
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+)
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "memoryhub.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {"TITLE": "memoryhub API", "VERSION": "1", "SERVE_INCLUDE_SCHEMA": False}
+
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+
+# The memory domain's knobs.
+MEMORYHUB_EMBEDDER = os.environ.get("MEMORYHUB_EMBEDDER", "memoryhub.embeddings.default_embedder")
+MEMORYHUB_SEARCH_DEADLINE_SECONDS = envfloat("MEMORYHUB_SEARCH_DEADLINE_SECONDS", 20.0)
+MEMORYHUB_TOOL_DEADLINE_SECONDS = envfloat("MEMORYHUB_TOOL_DEADLINE_SECONDS", 25.0)
+MEMORYHUB_RATE_PER_MINUTE = envint("MEMORYHUB_RATE_PER_MINUTE", 60)
+MEMORYHUB_RATE_BURST = envint("MEMORYHUB_RATE_BURST", 10)
+MEMORYHUB_ALLOWED_ORIGINS = envlist("MEMORYHUB_ALLOWED_ORIGINS", BASE_URL)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "memoryhub.enforcement": {"level": "WARNING"},
+        "django.db.backends": {"level": "INFO"},
+    },
+}

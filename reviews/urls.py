@@ -1,0 +1,2 @@
+app_name = "reviews"
+urlpatterns: list = []

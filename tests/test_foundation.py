@@ -1,0 +1,128 @@
+"""The foundation: indexes, health endpoints, the embedded services' life cycle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from memoryhub import embedded
+from memoryhub.leaks import leftover_processes
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.django_db
+def test_it_has_the_hnsw_and_gin_indexes():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memoryhub_fragment'")
+        indexes = dict(cursor.fetchall())
+    assert "USING hnsw (embedding vector_cosine_ops)" in indexes["fragment_embedding_hnsw"]
+    assert "USING gin (search_vector)" in indexes["fragment_search_vector_gin"]
+
+
+@pytest.mark.django_db
+def test_it_runs_on_postgresql_with_pgvector():
+    assert connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        assert cursor.fetchone()[0].startswith("0.8")
+
+
+def _get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_healthz_answers_when_the_process_is_up(asgi_server):
+    status, body = _get(f"{asgi_server.url}/healthz")
+    assert (status, body) == (200, {"status": "ok"})
+
+
+def test_readyz_reports_each_dependency(asgi_server):
+    status, body = _get(f"{asgi_server.url}/readyz")
+    assert status == 200, body
+    assert set(body["checks"]) == {"database", "redis", "embedder"}
+    assert all(check["ok"] for check in body["checks"].values())
+
+
+def test_readyz_says_which_dependency_failed(asgi_server, settings):
+    # Django rebuilds its cache handlers when CACHES changes (setting_changed).
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    }
+    status, body = _get(f"{asgi_server.url}/readyz")
+    assert status == 503
+    assert body["status"] == "unavailable"
+    assert body["checks"]["redis"]["ok"] is False
+    assert body["checks"]["database"]["ok"] is True
+
+
+def test_settings_refuse_a_non_postgres_database_url():
+    result = subprocess.run(
+        [sys.executable, "-c", "import memoryhub.settings"],
+        env={**os.environ, "DATABASE_URL": "sqlite:///x.db"}, capture_output=True, text=True, cwd=ROOT,
+    )
+    assert result.returncode != 0
+    assert "PostgreSQL with pgvector only" in result.stderr
+
+
+def test_embedded_postgres_start_is_idempotent_and_stop_is_clean(tmp_path):
+    server = embedded.EmbeddedPostgres(tmp_path / "data")
+    assert server.start() is True
+    try:
+        assert server.start() is False  # already running: not ours to start again
+        assert server.is_running()
+    finally:
+        server.stop()
+    assert not server.is_running()
+    assert leftover_processes(tmp_path / "data") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_leaves_no_process_behind(tmp_path, sig):
+    datadir = tmp_path / "serve"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(MEMORYHUB_DATA_DIR=str(datadir), MEMORYHUB_TASK_QUEUE=f"serve-test-{port}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryhub.serve", "--port", str(port)], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        status = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status, body = _get(f"http://127.0.0.1:{port}/readyz")
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        assert status == 200, proc.stdout.read() if proc.poll() is not None else "not ready"
+        # The private Redis and PostgreSQL are really up while it serves.
+        assert leftover_processes(datadir), "expected our PostgreSQL and Redis to be running"
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output
+    assert "memoryhub is running" in output
+    assert "login 'ada'" in output
+    assert leftover_processes(datadir) == []
