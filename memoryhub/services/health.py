@@ -9,8 +9,6 @@ from django.core.cache import cache
 from django.db import connection
 
 
-
-
 def _database() -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")

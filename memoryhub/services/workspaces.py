@@ -4,6 +4,7 @@ command-line administration (create_workspace, add_person, register_agent)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -34,7 +35,7 @@ def workspace_create(*, slug: str, name: str = "") -> Tenant:
     return tenant
 
 
-def _roles(tenant: Tenant, names: list[str]) -> list[Role]:
+def _roles(tenant: Tenant, names: Sequence[str]) -> list[Role]:
     roles = []
     for name in names:
         clean = slugify(name)
@@ -47,7 +48,7 @@ def _roles(tenant: Tenant, names: list[str]) -> list[Role]:
 
 @transaction.atomic
 def person_add(
-    *, tenant: Tenant, username: str, password: str | None, email: str = "", roles: list[str] = (),
+    *, tenant: Tenant, username: str, password: str | None, email: str = "", roles: Sequence[str] = (),
     is_admin: bool = False,
 ) -> User:
     """Add a person, or update the roles and admin flag of one already in this workspace."""
@@ -124,7 +125,7 @@ def _client_credentials_application(name: str, created_by: User | None) -> tuple
 
 @transaction.atomic
 def agent_register(
-    *, tenant: Tenant, name: str, scopes: list[str], roles: list[str] = (), display_name: str = "",
+    *, tenant: Tenant, name: str, scopes: list[str], roles: Sequence[str] = (), display_name: str = "",
     created_by: User | None = None,
 ) -> AgentCredentials:
     slug = slugify(name)
