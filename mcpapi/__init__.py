@@ -1,0 +1,4 @@
+"""The MCP endpoint: gateway (HTTP policy), server (tools), client (the way into memory).
+
+Importable without Django configured; nothing here imports `memoryhub`.
+"""

@@ -1,0 +1,88 @@
+"""Checking tool arguments and results against the advertised schemas."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import ValidationError
+
+from mcpapi.schemas import DATE_TIME_FIELDS, JSONSchema
+
+# RFC 3339 needs a time and an offset; datetime.fromisoformat alone also takes
+# bare dates and naive times, which would make "as_of" depend on server zone.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+_formats = FormatChecker(formats=())
+
+
+def _is_date_time(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    parse_date_time(value)
+    return True
+
+
+_formats.checks("date-time", raises=ValueError)(_is_date_time)
+
+
+def parse_date_time(value: str) -> datetime:
+    if not _RFC3339.fullmatch(value):
+        raise ValueError(f"{value!r} is not an RFC 3339 date-time with a UTC offset")
+    return datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+
+
+class SchemaValidator:
+    """A compiled validator that explains failures in words a model can act on."""
+
+    def __init__(self, schema: JSONSchema) -> None:
+        Draft202012Validator.check_schema(schema)
+        self._validator = Draft202012Validator(schema, format_checker=_formats)
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        self._defaults = {name: prop["default"] for name, prop in properties.items() if "default" in prop}
+        self._integers = [name for name, prop in properties.items() if prop.get("type") == "integer"]
+
+    def problems(self, instance: Any) -> list[str]:
+        errors = sorted(self._validator.iter_errors(instance), key=lambda e: [str(part) for part in e.absolute_path])
+        return [_describe(error) for error in errors]
+
+    def parse_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults applied and date-times parsed; call only after `problems` is empty."""
+        parsed = {**self._defaults, **arguments}
+        for name in self._integers:
+            # JSON Schema counts 10.0 as an integer; the client should not see a float.
+            if isinstance(parsed.get(name), float):
+                parsed[name] = int(parsed[name])
+        for name in DATE_TIME_FIELDS:
+            if isinstance(parsed.get(name), str):
+                parsed[name] = parse_date_time(parsed[name])
+        return parsed
+
+
+def _describe(error: ValidationError) -> str:
+    where = ".".join(str(part) for part in error.absolute_path) or "arguments"
+    validator = error.validator
+    bound = error.validator_value
+    if validator == "maxLength":
+        return f"{where} is longer than {bound} characters"
+    if validator == "minLength":
+        return f"{where} must not be empty" if bound == 1 else f"{where} is shorter than {bound} characters"
+    if validator == "maxItems":
+        return f"{where} has more than {bound} items"
+    if validator == "minimum":
+        return f"{where} must be at least {bound}"
+    if validator == "maximum":
+        return f"{where} must be at most {bound}"
+    if validator == "additionalProperties":
+        return f"{where}: {_shortened(error.message)}; this tool takes no such argument"
+    if validator == "format":
+        return f"{where} must be an RFC 3339 date-time with a UTC offset, e.g. 2026-03-01T09:30:00Z"
+    return f"{where}: {_shortened(error.message)}"
+
+
+def _shortened(text: str, limit: int = 200) -> str:
+    # jsonschema quotes the offending value, which may be 32 KiB long.
+    return text if len(text) <= limit else text[: limit - 1] + "…"

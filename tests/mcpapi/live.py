@@ -1,0 +1,95 @@
+"""A real uvicorn serving `build_app` on 127.0.0.1 with the fakes behind it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import uvicorn
+
+from mcpapi.auth import resource_url
+from mcpapi.caller import FULL_ENDPOINT, Endpoint
+from mcpapi.client import MEMORY_SCOPES
+from mcpapi.gateway import GatewaySettings, build_app
+
+from .fakes import FakeVerifier, MemoryStore, mint_token, not_found_app
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+# Every key this test run writes starts with this; the session fixture deletes them.
+KEY_PREFIX = f"test-mcpapi:{uuid.uuid4().hex[:8]}:"
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    store: MemoryStore
+    settings: GatewaySettings
+
+    def url(self, endpoint: Endpoint = FULL_ENDPOINT) -> str:
+        return self.base_url + endpoint
+
+    def token(
+        self,
+        *,
+        endpoint: Endpoint = FULL_ENDPOINT,
+        kind: str = "user",
+        scopes: tuple[str, ...] = MEMORY_SCOPES,
+        **claims: Any,
+    ) -> str:
+        """A fresh principal each call, so rate-limit buckets never collide."""
+        return mint_token(
+            resource=resource_url(self.base_url, endpoint),
+            kind=kind,
+            scopes=scopes,
+            **claims,
+        )
+
+
+@contextmanager
+def serving(**overrides: Any) -> Iterator[RunningServer]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    settings = replace(
+        GatewaySettings(
+            base_url=base_url,
+            allowed_origins={"https://app.example.com"},
+            redis_url=REDIS_URL,
+            rate_limit_key_prefix=KEY_PREFIX,
+        ),
+        **overrides,
+    )
+    store = MemoryStore()
+    app = build_app(
+        verifier=FakeVerifier(),
+        client_factory=store.factory,
+        fallback=not_found_app,
+        settings=settings,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=2
+        )
+    )
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield RunningServer(base_url=base_url, store=store, settings=settings)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

@@ -1,0 +1,188 @@
+"""60 requests a minute per principal, bursts of 10, shared through Redis."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+
+import mcpapi
+from mcpapi.auth import resource_url
+from mcpapi.caller import FULL_ENDPOINT
+from mcpapi.client import MEMORY_SCOPES, Principal
+from mcpapi.ratelimit import RateLimiter
+
+from .fakes import mint_token
+from .live import KEY_PREFIX, REDIS_URL, RunningServer, serving
+from .rpc_http import call_tool
+
+BURST = 10
+
+
+@pytest.fixture(scope="module")
+def slow_refill_server() -> Iterator[RunningServer]:
+    # One token a minute: the burst boundary holds however slowly the test runs.
+    with serving(rate_per_minute=1, rate_burst=BURST) as running:
+        yield running
+
+
+def test_the_burst_is_served_and_the_next_request_gets_429(
+    slow_refill_server: RunningServer,
+) -> None:
+    token = slow_refill_server.token()
+    statuses = [
+        call_tool(slow_refill_server.url(), token, "whoami", {}).status_code
+        for _ in range(BURST)
+    ]
+    refused = call_tool(slow_refill_server.url(), token, "whoami", {})
+    assert statuses == [200] * BURST
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.json()["error"]["code"] == -32029
+
+
+def test_each_principal_has_its_own_bucket(slow_refill_server: RunningServer) -> None:
+    token = slow_refill_server.token(subject="shared-name", tenant="tenant-a")
+    for _ in range(BURST):
+        call_tool(slow_refill_server.url(), token, "whoami", {})
+    assert call_tool(slow_refill_server.url(), token, "whoami", {}).status_code == 429
+    same_subject_other_tenant = slow_refill_server.token(
+        subject="shared-name", tenant="tenant-b"
+    )
+    same_subject_as_agent = slow_refill_server.token(
+        subject="shared-name", tenant="tenant-a", kind="agent"
+    )
+    assert (
+        call_tool(
+            slow_refill_server.url(), same_subject_other_tenant, "whoami", {}
+        ).status_code
+        == 200
+    )
+    assert (
+        call_tool(
+            slow_refill_server.url(), same_subject_as_agent, "whoami", {}
+        ).status_code
+        == 200
+    )
+
+
+def test_a_refused_request_reaches_no_tool(slow_refill_server: RunningServer) -> None:
+    token = slow_refill_server.token(subject="over-limit-writer")
+    for _ in range(BURST):
+        call_tool(slow_refill_server.url(), token, "whoami", {})
+    call_tool(
+        slow_refill_server.url(), token, "memory_write", {"content": "after the limit"}
+    )
+    assert not [
+        c for c in slow_refill_server.store.calls if c[1].subject == "over-limit-writer"
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def other_process() -> Iterator[str]:
+    """A second gateway in its own process, on the same Redis and key prefix."""
+    port = _free_port()
+    root = Path(mcpapi.__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(root)]),
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "serve_fake.py"),
+            str(port),
+            KEY_PREFIX,
+            "1",
+            str(BURST),
+        ],
+        env=env,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx2.get(base_url + "/health", timeout=1)
+                break
+            except httpx2.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("second gateway did not start") from None
+                time.sleep(0.1)
+        yield base_url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_processes_share_one_bucket(
+    slow_refill_server: RunningServer, other_process: str
+) -> None:
+    resources = [
+        resource_url(slow_refill_server.base_url, FULL_ENDPOINT),
+        resource_url(other_process, FULL_ENDPOINT),
+    ]
+    token = mint_token(resource=resources)
+    here = [
+        call_tool(slow_refill_server.url(), token, "whoami", {}).status_code
+        for _ in range(BURST // 2)
+    ]
+    there = [
+        call_tool(other_process + "/mcp", token, "whoami", {}).status_code
+        for _ in range(BURST // 2)
+    ]
+    assert here + there == [200] * BURST
+    assert call_tool(other_process + "/mcp", token, "whoami", {}).status_code == 429
+    assert call_tool(slow_refill_server.url(), token, "whoami", {}).status_code == 429
+
+
+def _principal(subject: str) -> Principal:
+    return Principal(
+        tenant="tenant-a",
+        subject=subject,
+        kind="user",
+        scopes=frozenset(MEMORY_SCOPES),
+        client_id="c",
+        resource="r",
+    )
+
+
+def test_the_production_bucket_holds_ten_and_refills_one_a_second() -> None:
+    async def run() -> list[tuple[bool, int]]:
+        limiter = RateLimiter(
+            redis_url=REDIS_URL, per_minute=60, burst=10, key_prefix=KEY_PREFIX
+        )
+        principal = _principal(f"unit-{time.time_ns()}")
+        try:
+            return [
+                (decision.allowed, decision.retry_after_seconds)
+                for decision in [await limiter.take(principal) for _ in range(11)]
+            ]
+        finally:
+            await limiter.aclose()
+
+    decisions = anyio.run(run)
+    assert [allowed for allowed, _ in decisions] == [True] * 10 + [False]
+    assert decisions[-1][1] == 1
+
+
+def test_it_fails_closed_when_redis_is_unreachable() -> None:
+    with serving(redis_url="redis://127.0.0.1:1/0") as running:
+        response = call_tool(running.url(), running.token(), "whoami", {})
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert "Traceback" not in response.text
