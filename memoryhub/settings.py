@@ -67,6 +67,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "memoryhub.middleware.SecurityHeadersMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -145,9 +146,7 @@ RATELIMIT_USE_CACHE = "default"
 # Celery: broker and results on Redis; a task is acknowledged only after it
 # ran, so a killed worker's task is delivered again.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL.replace("unix://", "redis+socket://", 1)
-CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or CELERY_BROKER_URL.replace(
-    "redis+socket://", "socket://", 1
-)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or CELERY_BROKER_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -174,6 +173,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
+# WhiteNoise serves static files from the app folders directly, so the server
+# needs no collectstatic step and no separate web server for them.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # Security headers. Cookies and HSTS tighten whenever DEBUG is off.
 X_FRAME_OPTIONS = "DENY"
@@ -204,6 +207,59 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {"TITLE": "memoryhub API", "VERSION": "1", "SERVE_INCLUDE_SCHEMA": False}
 
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+# The authorisation server. The policy (audience, scopes per client, lifetimes,
+# redirect rules) lives in memoryhub/oauth.py; this wires it in and turns on the
+# RFC 9700 behaviour. Durations are in seconds.
+OAUTH2_PROVIDER = {
+    "OAUTH2_VALIDATOR_CLASS": "memoryhub.oauth.OAuth2Validator",
+    "OAUTH2_SERVER_CLASS": "memoryhub.oauth.Server",
+    "SCOPES_BACKEND_CLASS": "memoryhub.oauth.ScopePolicy",
+    "SCOPES": {
+        "memory.read": "Search the memory you can see",
+        "memory.write": "Save facts as your private memory",
+        "memory.audit": "Reopen your own search receipts",
+        "ingest": "Internal: a connected source feeds shared memory",
+        "introspection": "Internal: inspect tokens",
+        "registration": "Internal: manage a dynamically registered client",
+    },
+    "DEFAULT_SCOPES": ["memory.read"],
+    # People; memoryhub.oauth.Server gives client-credentials tokens (agents) 3600.
+    "ACCESS_TOKEN_EXPIRE_SECONDS": 15 * 60,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    # Idle limit: a refresh chain unused for 30 days ends.
+    "REFRESH_TOKEN_EXPIRE_SECONDS": 30 * 24 * 3600,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
+    "PKCE_REQUIRED": True,
+    "REQUEST_APPROVAL_PROMPT": "force",
+    # http stays for loopback redirect URIs (RFC 8252); memoryhub.oauth refuses other http hosts.
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["https", "http"],
+    "ALLOW_URI_WILDCARDS": False,
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_MATCHING": True,
+    # The issuer is the public origin, whatever Host a request arrived with.
+    "OIDC_ISS_ENDPOINT": BASE_URL,
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token", "client_credentials"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_basic", "client_secret_post"],
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "memoryhub",
+    # Open registration for public MCP clients (memoryhub.oauth_views.register_client
+    # enforces the policy); the registration token manages that one client only.
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    "DCR_REGISTRATION_SCOPE": "registration",
+    "DCR_REGISTRATION_TOKEN_EXPIRE_SECONDS": 90 * 24 * 3600,
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "memoryhub.oauth.ClientMetadataFetcher",
+}
 
 # The memory domain's knobs.
 MEMORYHUB_EMBEDDER = os.environ.get("MEMORYHUB_EMBEDDER", "memoryhub.embeddings.default_embedder")

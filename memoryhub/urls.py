@@ -8,4 +8,6 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("reviews/", include("reviews.urls")),
+    # OAuth: discovery, /o/…, sign-in, connected apps, workspace agents.
+    path("", include("memoryhub.oauth_urls")),
 ]

@@ -25,12 +25,20 @@ class LiveServer:
 
 
 @pytest.fixture
-def asgi_server(transactional_db) -> Iterator[LiveServer]:
-    """The project's real ASGI application under uvicorn on 127.0.0.1, in a thread
-    of this process so it shares the test database."""
-    from memoryhub.asgi import application
+def asgi_server(transactional_db, settings) -> Iterator[LiveServer]:
+    """The project's real ASGI application (MCP gateway + Django) under uvicorn on
+    127.0.0.1, in a thread of this process so it shares the test database. The
+    public base URL is the live server's, so resource URLs and discovery match."""
+    from memoryhub.asgi import django_app
+    from memoryhub.mcp_wiring import build_asgi_application
 
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    settings.BASE_URL = url
+    settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, "OIDC_ISS_ENDPOINT": url}
+    settings.MEMORYHUB_ALLOWED_ORIGINS = [url]
+    settings.CSRF_TRUSTED_ORIGINS = [url]
+    application = build_asgi_application(django_app)
     config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -40,7 +48,7 @@ def asgi_server(transactional_db) -> Iterator[LiveServer]:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
-    yield LiveServer(url=f"http://127.0.0.1:{port}", server=server)
+    yield LiveServer(url=url, server=server)
     server.should_exit = True
     thread.join(15)
     from django.db import connections

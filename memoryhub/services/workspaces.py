@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.utils import timezone
 from django.utils.text import slugify
-from oauth2_provider.models import Application
+from oauth2_provider.models import AccessToken, Application
 
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import AccessRule, Agent, Collection, Membership, Role, Source, Tenant, User
@@ -145,12 +146,28 @@ def agent_register(
 
 @transaction.atomic
 def agent_rotate_secret(*, agent: Agent) -> AgentCredentials:
-    if agent.application is None:
+    """A new secret; the old one and every token minted with it stop working now
+    (a rotation usually means the old secret may have leaked)."""
+    if agent.application is None or agent.revoked_at is not None:
         raise InvalidArgument("This agent has no client credentials.")
     secret = secrets.token_urlsafe(32)
     agent.application.client_secret = secret
     agent.application.save(update_fields=["client_secret"])
+    AccessToken.objects.filter(application=agent.application).delete()
     return AgentCredentials(agent=agent, client_id=agent.application.client_id, client_secret=secret)
+
+
+@transaction.atomic
+def agent_revoke(*, agent: Agent) -> Agent:
+    """End an agent for good: its client is deleted, and with it every token it holds.
+    The agent row stays, so what it wrote remains attributed."""
+    application = agent.application
+    agent.application = None
+    agent.revoked_at = agent.revoked_at or timezone.now()
+    agent.save(update_fields=["application", "revoked_at"])
+    if application is not None:
+        application.delete()
+    return agent
 
 
 @transaction.atomic

@@ -2,7 +2,18 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from memoryhub.errors import MemoryhubError
-from memoryhub.services.workspaces import agent_register, tenant_get
+from memoryhub.services.workspaces import AgentCredentials, agent_register, tenant_get
+
+
+def print_agent_credentials(command: BaseCommand, credentials: AgentCredentials, workspace: str) -> None:
+    """What an operator hands to the agent: its id and secret (shown once), where
+    to get a token, and which resource to ask for."""
+    base = settings.BASE_URL.rstrip("/")
+    command.stdout.write(f"agent {credentials.agent.name} in {workspace} (scopes: {credentials.agent.scopes})")
+    command.stdout.write(f"client_id:     {credentials.client_id}")
+    command.stdout.write(f"client_secret: {credentials.client_secret}   (shown once; store it now)")
+    command.stdout.write(f"token endpoint: {base}/o/token/  (grant_type=client_credentials, tokens last 60 minutes)")
+    command.stdout.write(f"resource:       {base}/mcp  (or {base}/mcp/readonly)")
 
 
 class Command(BaseCommand):
@@ -23,7 +34,4 @@ class Command(BaseCommand):
             )
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
-        self.stdout.write(f"agent {creds.agent.name} in {workspace} (scopes: {creds.agent.scopes})")
-        self.stdout.write(f"client_id:     {creds.client_id}")
-        self.stdout.write(f"client_secret: {creds.client_secret}   (shown once; store it now)")
-        self.stdout.write(f"token endpoint: {settings.BASE_URL}/o/token/  (grant_type=client_credentials)")
+        print_agent_credentials(self, creds, workspace)

@@ -1,0 +1,76 @@
+"""The connected apps page and Disconnect."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from memoryhub.token_verifier import principal_for
+from tests.oauth.conftest import TEST_ORIGIN, authorization_code, exchange_code, refresh, signed_in
+
+
+def connect(user, application) -> dict:
+    code, verifier = authorization_code(user, application)
+    return exchange_code(application, code, verifier)
+
+
+def test_it_lists_the_apps_a_person_authorised(people, mcp_client):
+    connect(people.bruno, mcp_client)
+    page = signed_in(people.bruno).get("/account/apps/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Notes app" in text
+    assert "memory.read, memory.write" in text
+    assert ">Disconnect<" in text
+    assert "keeps working until it expires, at most 15 minutes" in text
+
+
+def test_it_shows_only_the_persons_own_apps(people, mcp_client):
+    connect(people.bruno, mcp_client)
+    assert "Notes app" not in signed_in(people.ada).get("/account/apps/").content.decode()
+
+
+def test_it_needs_a_signed_in_person(db):
+    response = Client().get("/account/apps/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+def test_disconnect_ends_the_refresh_chain_at_once(people, mcp_client):
+    tokens = connect(people.bruno, mcp_client)
+    client = signed_in(people.bruno)
+    response = client.post(f"/account/apps/{mcp_client.pk}/disconnect/", follow=True)
+    assert "an access token it already holds keeps working until it expires" in response.content.decode()
+    assert refresh(mcp_client, tokens["refresh_token"])["error"] == "invalid_grant"
+
+
+def test_the_access_token_already_issued_runs_out_its_time(people, mcp_client):
+    tokens = connect(people.bruno, mcp_client)
+    signed_in(people.bruno).post(f"/account/apps/{mcp_client.pk}/disconnect/")
+    # Exactly what the page promises: no sub-lifetime kill switch.
+    assert principal_for(tokens["access_token"], resource=f"{TEST_ORIGIN}/mcp") is not None
+    page = signed_in(people.bruno).get("/account/apps/").content.decode()
+    assert "Disconnected" in page
+    assert ">Disconnect<" not in page
+
+
+def test_someone_else_cannot_disconnect_a_persons_app(people, mcp_client):
+    tokens = connect(people.bruno, mcp_client)
+    signed_in(people.ada).post(f"/account/apps/{mcp_client.pk}/disconnect/")
+    assert refresh(mcp_client, tokens["refresh_token"])["status"] == 200
+
+
+def test_disconnect_is_a_csrf_protected_post(people, mcp_client):
+    connect(people.bruno, mcp_client)
+    assert signed_in(people.bruno).get(f"/account/apps/{mcp_client.pk}/disconnect/").status_code == 405
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(people.bruno)
+    assert client.post(f"/account/apps/{mcp_client.pk}/disconnect/").status_code == 403
+
+
+@pytest.mark.usefixtures("people")
+def test_a_registration_is_not_a_connection(people):
+    client = signed_in(people.bruno)
+    client.post("/o/register/", {"client_name": "Registered only", "redirect_uris": ["http://127.0.0.1:9/cb"]},
+                content_type="application/json")
+    assert "Registered only" not in client.get("/account/apps/").content.decode()
