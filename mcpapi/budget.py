@@ -6,7 +6,7 @@ from typing import Any, Final
 
 import mcp_types as types
 
-from mcpapi.tools import tool_result
+from mcpapi.tools import scalar_text, tool_result
 
 FRAGMENT_VALUE_MAX_BYTES: Final = 4 * 1024
 RESULT_MAX_BYTES: Final = 128 * 1024
@@ -18,11 +18,15 @@ def result_size(result: types.CallToolResult) -> int:
 
 
 def clip_utf8(text: str, max_bytes: int) -> str:
+    """At most `max_bytes` of UTF-8, cut at a character boundary. Never raises:
+    text that is not valid Unicode (the memory service is not trusted to
+    return only that) is repaired first."""
+    text = scalar_text(text)
     encoded = text.encode()
     if len(encoded) <= max_bytes:
         return text
     # Cutting bytes can split a character; dropping the partial one keeps valid text.
-    return encoded[:max_bytes].decode(errors="ignore")
+    return encoded[: max(max_bytes, 0)].decode(errors="ignore")
 
 
 def fit_search_result(structured: dict[str, Any], *, max_bytes: int = RESULT_MAX_BYTES) -> types.CallToolResult:
@@ -40,7 +44,11 @@ def fit_search_result(structured: dict[str, Any], *, max_bytes: int = RESULT_MAX
 def _clip_fragment(fragment: Any) -> Any:
     if not isinstance(fragment, dict) or not isinstance(fragment.get("value"), str):
         return fragment
-    clipped = clip_utf8(fragment["value"], FRAGMENT_VALUE_MAX_BYTES)
-    if clipped == fragment["value"]:
+    value = fragment["value"]
+    clipped = clip_utf8(value, FRAGMENT_VALUE_MAX_BYTES)
+    if clipped == value:
         return fragment
+    if clipped == scalar_text(value):
+        # Repaired, not shortened.
+        return {**fragment, "value": clipped}
     return {**fragment, "value": clipped, "value_truncated": True}

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import mcp_types as types
 
+JSONRPC_VERSION: Final = "2.0"
 SERVED_REVISION: Final = "2026-07-28"
 HANDSHAKE_REVISIONS: Final = ("2025-06-18", "2025-11-25")
 ACCEPTED_REVISIONS: Final = (*HANDSHAKE_REVISIONS, SERVED_REVISION)
@@ -62,7 +63,12 @@ def read_message(body: bytes) -> Message | Refusal:
     if not isinstance(decoded, dict):
         return Refusal(400, types.INVALID_REQUEST, "The body must be one JSON-RPC message object")
     raw_id = decoded.get("id")
-    request_id = raw_id if isinstance(raw_id, str | int) and not isinstance(raw_id, bool) else None
+    request_id = raw_id if _is_request_id(raw_id) else None
+    problem = envelope_problem(decoded)
+    if problem is not None:
+        # The SDK would drop some of these silently (an empty 202 for a request
+        # owed an answer) and answer others with a pydantic dump.
+        return Refusal(400, types.INVALID_REQUEST, f"Invalid Request: {problem}", id=request_id)
     method = decoded.get("method")
     params = decoded.get("params")
     return Message(
@@ -70,6 +76,51 @@ def read_message(body: bytes) -> Message | Refusal:
         method=method if isinstance(method, str) else None,
         params=params if isinstance(params, dict) else {},
     )
+
+
+def envelope_problem(message: Mapping[str, Any]) -> str | None:
+    """Why `message` is not a JSON-RPC 2.0 request, notification or response
+    as MCP defines them, or None when it is one."""
+    if message.get("jsonrpc") != JSONRPC_VERSION:
+        return 'jsonrpc must be "2.0"'
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return "method must be a string"
+        if "id" in message and not _is_request_id(message["id"]):
+            # MCP: a request id is a string or an integer, never null.
+            return "id must be a string or an integer"
+        if "params" in message and not isinstance(message["params"], dict):
+            return "params must be an object"
+        return None
+    if "result" in message or "error" in message:
+        return _response_problem(message)
+    return "method is missing"
+
+
+def _response_problem(message: Mapping[str, Any]) -> str | None:
+    if "result" in message and "error" in message:
+        return "a response carries result or error, not both"
+    if "result" in message:
+        if not _is_request_id(message.get("id")):
+            return "id must be a string or an integer"
+        if not isinstance(message["result"], dict):
+            return "result must be an object"
+        return None
+    # An error answering an unreadable request may carry a null id.
+    if message.get("id") is not None and not _is_request_id(message.get("id")):
+        return "id must be a string, an integer or null"
+    error = message["error"]
+    if not isinstance(error, dict) or not _is_integer(error.get("code")) or not isinstance(error.get("message"), str):
+        return "error must be an object with an integer code and a string message"
+    return None
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_request_id(value: object) -> TypeGuard[RequestId]:
+    return isinstance(value, str) or _is_integer(value)
 
 
 def revision_refusal(header: str | None, message: Message) -> Refusal | None:

@@ -11,11 +11,14 @@ import mcp_types as types
 from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from mcpapi import __version__
 from mcpapi.caller import ENDPOINTS, Caller, Endpoint, caller_from_scope
 from mcpapi.catalog import CATALOG, ToolSpec, listed_tools
 from mcpapi.client import MemoryClientFactory
 from mcpapi.identity import assert_no_identity_fields
+from mcpapi.rpc import ACCEPTED_REVISIONS
 from mcpapi.tools import ToolCall, run_handler, tool_error
+from mcpapi.validation import text_problems
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +90,7 @@ def build_server(
         scope = spec.required_scope
         if scope is not None and scope not in caller.principal.scopes:
             return tool_error(f"{spec.name} needs the {scope} scope, which this credential was not granted.")
-        problems = spec.input_validator.problems(arguments)
+        problems = spec.input_validator.problems(arguments) + text_problems(arguments)
         if problems:
             return tool_error(f"Invalid arguments for {spec.name}: " + "; ".join(problems))
         call = ToolCall(
@@ -106,8 +109,9 @@ def build_server(
             return tool_error(f"{spec.name} failed: the memory service returned a malformed result.")
         return spec.build_result(outcome)
 
-    return Server(
+    server: Server[Any] = Server(
         SERVER_NAME,
+        version=__version__,
         title="memoryhub",
         instructions=INSTRUCTIONS,
         # The listing depends on the credential, so no cached copy may be shared.
@@ -116,3 +120,16 @@ def build_server(
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
+
+    async def on_discover(ctx: ServerRequestContext[Any, Any], params: types.RequestParams) -> types.DiscoverResult:
+        # The SDK's default lists only the stateless revision; the gateway also
+        # serves the handshake-era ones, and an unsupported-version error names
+        # the same list (rpc.ACCEPTED_REVISIONS), so discovery must too.
+        return types.DiscoverResult(
+            supported_versions=list(ACCEPTED_REVISIONS),
+            capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
+            instructions=server.instructions,
+        )
+
+    server.add_request_handler("server/discover", types.RequestParams, on_discover)
+    return server

@@ -119,9 +119,30 @@ def tool_result(structured: dict[str, Any]) -> types.CallToolResult:
 
 
 def jsonable(value: dict[str, Any]) -> dict[str, Any]:
-    """Plain JSON types only, so a client may hand back datetimes or UUIDs."""
-    converted: dict[str, Any] = json.loads(json.dumps(value, default=_encode))
+    """Plain JSON types only, so a client may hand back datetimes or UUIDs; and
+    valid Unicode only, because a lone surrogate has no UTF-8 form on the wire."""
+    converted: dict[str, Any] = _scalar_strings(json.loads(json.dumps(value, default=_encode)))
     return converted
+
+
+def scalar_text(text: str) -> str:
+    """`text` as Unicode scalar values: each lone surrogate becomes U+FFFD, a
+    surrogate pair split over two code points becomes its character."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _scalar_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return scalar_text(value)
+    if isinstance(value, dict):
+        return {scalar_text(key): _scalar_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scalar_strings(item) for item in value]
+    return value
 
 
 def _encode(value: Any) -> Any:

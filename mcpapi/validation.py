@@ -62,6 +62,48 @@ class SchemaValidator:
         return parsed
 
 
+def text_problems(instance: Any, where: str = "") -> list[str]:
+    """Strings no store can keep, with where they are: lone surrogates (JSON's
+    `"\\ud800"` parses, but it is no Unicode text and has no UTF-8 form) and NUL
+    (PostgreSQL text cannot hold U+0000). Argument names are checked too."""
+    problems: list[str] = []
+    if isinstance(instance, str):
+        problem = _unstorable(instance)
+        if problem is not None:
+            problems.append(f"{where or 'arguments'} {problem}")
+    elif isinstance(instance, Mapping):
+        for key, value in instance.items():
+            name = str(key)
+            problem = _unstorable(name)
+            if problem is not None:
+                problems.append(f"{_join(where, _shortened(ascii(name), 80))}: the argument name {problem}")
+            else:
+                problems += text_problems(value, _join(where, _shortened(name, 80)))
+    elif isinstance(instance, list | tuple):
+        for index, item in enumerate(instance):
+            problems += text_problems(item, _join(where, str(index)))
+    return problems
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _join(where: str, part: str) -> str:
+    return f"{where}.{part}" if where else part
+
+
+def _unstorable(text: str) -> str | None:
+    found = _UNSTORABLE.search(text)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "contains a NUL character (U+0000), which cannot be stored; remove it"
+    return (
+        f"contains a lone surrogate (U+{ord(found.group()):04X}), which is not valid Unicode text; "
+        "a character outside the Basic Multilingual Plane must be sent as a complete surrogate pair"
+    )
+
+
 def _describe(error: ValidationError) -> str:
     where = ".".join(str(part) for part in error.absolute_path) or "arguments"
     validator = error.validator

@@ -505,13 +505,50 @@ def test_content_with_a_lone_surrogate_never_reaches_memory(
 def test_escaped_surrogate_pairs_are_ordinary_text(fuzz_target: FuzzTarget, http: httpx2.Client, wire: str) -> None:
     """The control for the test above: an escaped pair is an emoji and is stored."""
     subject = f"fuzz-{uuid.uuid4().hex[:16]}"
-    message = base_call(wire, "memory_write", {"content": "likes \U0001f600 and \u202eRTL\u202c, NUL\x00 too"})
+    message = base_call(wire, "memory_write", {"content": "likes \U0001f600 and \u202eRTL\u202c, \ufeff\uffff too"})
     body = encode(message)
     assert b"\\ud83d\\ude00" in body
     response = http.post(fuzz_target.url, content=body, headers=headers_for(wire, message, fuzz_target.mint(subject)))
     assert response.status_code == 200, response.text
     assert response.json()["result"]["isError"] is False, response.text
     assert fuzz_target.ledger.writes_by(subject) == 1
+
+
+NUL_ARGUMENTS = {
+    "memory_write content": ("memory_write", {"content": "NUL\x00 inside"}, "content"),
+    "memory_write resource": ("memory_write", {"content": "a fact", "resource": "doc\x00"}, "resource"),
+    "memory_search query": ("memory_search", {"query": "\x00"}, "query"),
+    "memory_search resource_ids": ("memory_search", {"query": "q", "resource_ids": ["a", "b\x00"]}, "resource_ids.1"),
+    "memory_receipt receipt_id": ("memory_receipt", {"receipt_id": "rcpt\x00"}, "receipt_id"),
+}
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_nul_character_is_a_tool_error_naming_the_field(
+    fuzz_target: FuzzTarget, http: httpx2.Client, wire: str
+) -> None:
+    """`"\\u0000"` is valid JSON and valid Unicode, but PostgreSQL text cannot store it: every
+    string argument carrying one is refused before the memory service is called."""
+
+    def case(tool: str, arguments: dict[str, Any], field: str) -> Callable[[], None]:
+        def check() -> None:
+            subject = f"fuzz-{uuid.uuid4().hex[:16]}"
+            message = base_call(wire, tool, arguments)
+            headers = headers_for(wire, message, fuzz_target.mint(subject))
+            response = http.post(fuzz_target.url, content=encode(message), headers=headers)
+            shown = f"{response.status_code} {response.text[:300]!r}"
+            assert response.status_code == 200, shown
+            result = response.json()["result"]
+            assert result["isError"] is True, shown
+            # The argument check's wording: the memory service was never asked.
+            text = result["content"][0]["text"]
+            assert text.startswith(f"Invalid arguments for {tool}: "), shown
+            assert f"{field} contains a NUL character" in text, shown
+            assert fuzz_target.ledger.writes_by(subject) == 0, shown
+
+        return check
+
+    _every_case({name: case(*spec) for name, spec in NUL_ARGUMENTS.items()})
 
 
 # Envelopes the handshake-era path hands to the SDK's pydantic models.
