@@ -1,0 +1,97 @@
+"""Helpers for the Chromium tests of the web console: screenshots kept as test
+artefacts, and the checks every page gets (no CSP violation, fits a phone)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx2
+from mcp import Client
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.streamable_http import streamable_http_client
+
+from memoryhub.services.workspaces import AgentCredentials
+from tests.oauth.browser import sign_in
+
+# Git-ignored; docs/screens/ holds the copies committed once.
+SCREENS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screens"
+DESKTOP = {"width": 1000, "height": 760}
+PHONE = {"width": 360, "height": 740}
+
+
+class Watcher:
+    """Collects what the browser complains about: CSP violations, script errors."""
+
+    def __init__(self, page) -> None:
+        self.problems: list[str] = []
+        page.on("console", lambda message: message.type in ("error", "warning") and self.problems.append(message.text))
+        page.on("pageerror", lambda error: self.problems.append(str(error)))
+
+    def assert_clean(self) -> None:
+        assert not [p for p in self.problems if "Content Security Policy" in p or "Refused" in p], self.problems
+        assert not [p for p in self.problems if "Error" in p and "favicon" not in p], self.problems
+
+
+def start(page, base: str, username: str, password: str, path: str = "/") -> Watcher:
+    watcher = Watcher(page)
+    page.set_viewport_size(DESKTOP)
+    page.goto(f"{base}/accounts/login/?next={path}")
+    sign_in(page, username, password)
+    page.wait_for_load_state()
+    return watcher
+
+
+def shoot(page, name: str) -> None:
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENS / f"{name}.png"), full_page=True)
+
+
+def fits_a_phone(page) -> bool:
+    """The page at 360 px wide: no sideways scrolling, its main buttons still a finger wide."""
+    size = page.viewport_size
+    page.set_viewport_size(PHONE)
+    try:
+        width = page.evaluate("document.documentElement.scrollWidth")
+        small = page.evaluate(
+            "[...document.querySelectorAll('main .button')]"
+            ".filter(b => b.offsetParent && b.getBoundingClientRect().height < 36).length"
+        )
+        return width <= PHONE["width"] and small == 0
+    finally:
+        page.set_viewport_size(size)
+
+
+def call_tool(base: str, agent: AgentCredentials, name: str, arguments: dict) -> dict:
+    """One MCP tool call as the agent: client credentials, the real SDK client, the real endpoint."""
+
+    class Storage:
+        tokens = None
+        client_info = None
+
+        async def get_tokens(self):
+            return self.tokens
+
+        async def set_tokens(self, tokens):
+            self.tokens = tokens
+
+        async def get_client_info(self):
+            return self.client_info
+
+        async def set_client_info(self, info):
+            self.client_info = info
+
+    async def run() -> dict:
+        provider = ClientCredentialsOAuthProvider(
+            server_url=f"{base}/mcp", storage=Storage(), client_id=agent.client_id,
+            client_secret=agent.client_secret, issuer=base,
+        )
+        async with (
+            httpx2.AsyncClient(auth=provider, timeout=60) as http,
+            Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="2026-07-28", cache=None) as client,
+        ):
+            result = await client.call_tool(name, arguments)
+        assert result.structured_content is not None, result
+        return result.structured_content
+
+    return asyncio.run(run())

@@ -1,0 +1,1 @@
+from tests.pages.personas import console_settings, people  # noqa: F401

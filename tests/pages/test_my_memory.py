@@ -1,0 +1,108 @@
+"""My memory: one's own facts newest first (cursor pages), and search through
+the same service the MCP tool calls."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.test import Client
+from django.utils import timezone
+
+from memoryhub.models import Fragment, Receipt
+from memoryhub.services import browse
+from tests.pages.personas import remember, share, signed_in
+
+
+def _own(user, value: str, *, minutes_ago: int) -> Fragment:
+    from memoryhub.services.write import fact_hash
+
+    at = timezone.now() - dt.timedelta(minutes=minutes_ago)
+    return Fragment.objects.create(tenant=user.tenant, owner_user=user, value=value, created_at=at, recorded_at=at,
+                                   content_hash=fact_hash(value))
+
+
+def test_it_lists_my_memory_newest_first(people):
+    _own(people.bruno, "The oldest fact.", minutes_ago=30)
+    _own(people.bruno, "The newest fact.", minutes_ago=1)
+    text = signed_in(people.bruno).get("/memory/").content.decode()
+    assert text.index("The newest fact.") < text.index("The oldest fact.")
+
+
+def test_it_validates_ownership(people):
+    _own(people.ada, "Ada's private fact.", minutes_ago=1)
+    share(people, "A runbook step everyone in engineering reads.")
+    text = signed_in(people.bruno).get("/memory/").content.decode()
+    # Browsing shows one's own memory only; a workspace admin's private memory never appears.
+    assert "Ada's private fact." not in text
+    assert "A runbook step" not in text
+
+
+def test_it_pages_with_a_cursor(people, monkeypatch):
+    monkeypatch.setattr(browse, "PAGE_SIZE", 2)
+    for minutes in range(5):
+        _own(people.bruno, f"Fact number {minutes}.", minutes_ago=minutes + 1)
+    client = signed_in(people.bruno)
+    seen = []
+    url = "/memory/"
+    while url:
+        response = client.get(url)
+        page = response.context["page"]
+        seen += [view.fragment.value for view in page.items]
+        url = f"/memory/?cursor={page.next_cursor}" if page.next_cursor else None
+    assert seen == [f"Fact number {n}." for n in range(5)]
+
+
+def test_a_page_does_not_shift_when_memory_is_written_meanwhile(people, monkeypatch):
+    monkeypatch.setattr(browse, "PAGE_SIZE", 2)
+    for minutes in range(4):
+        _own(people.bruno, f"Fact number {minutes}.", minutes_ago=minutes + 1)
+    client = signed_in(people.bruno)
+    first = client.get("/memory/").context["page"]
+    _own(people.bruno, "Written while reading.", minutes_ago=0)
+    second = client.get(f"/memory/?cursor={first.next_cursor}").context["page"]
+    assert [view.fragment.value for view in second.items] == ["Fact number 2.", "Fact number 3."]
+
+
+def test_it_refuses_a_forged_cursor(people):
+    response = signed_in(people.bruno).get("/memory/?cursor=not-a-cursor", follow=True)
+    assert response.redirect_chain[-1][0] == "/memory/"
+    assert b"page link is not valid" in response.content
+
+
+def test_it_hides_retired_facts_unless_asked(people):
+    old = _own(people.bruno, "Standup is at 9:30.", minutes_ago=5)
+    Fragment.objects.filter(pk=old.pk).update(retired_at=timezone.now(), retired_reason="forgotten")
+    client = signed_in(people.bruno)
+    assert "Standup is at 9:30." not in client.get("/memory/").content.decode()
+    assert "Standup is at 9:30." in client.get("/memory/?show=all").content.decode()
+
+
+def test_search_uses_the_memory_service_and_leaves_a_receipt(people):
+    remember(people.bruno, "My favourite editor is Helix.")
+    share(people, "Restart the ingest worker with systemctl restart ingest.")
+    response = signed_in(people.bruno).get("/memory/", {"q": "favourite editor"})
+    assert response.status_code == 200
+    result = response.context["result"]
+    assert [f["value"] for f in result["fragments"]][0] == "My favourite editor is Helix."
+    receipt = Receipt.objects.get(pk=result["receipt_id"])
+    assert receipt.reader_user == people.bruno
+    assert receipt.request["query"] == "favourite editor"
+    assert f"/receipts/{receipt.pk}/" in response.content.decode()
+
+
+def test_search_never_shows_what_the_person_may_not_read(people):
+    remember(people.ada, "The merger codename is Bluebird.")
+    share(people, "The Bluebird account renews in May.", collection="accounts")
+    result = signed_in(people.bruno).get("/memory/", {"q": "Bluebird"}).context["result"]
+    assert result["fragments"] == []
+
+
+def test_search_validates_its_limits(people):
+    response = signed_in(people.bruno).get("/memory/", {"q": "x" * 2001})
+    assert response.status_code == 400
+    assert not Receipt.objects.exists()
+
+
+def test_people_of_no_workspace_and_strangers_are_refused(people):
+    assert signed_in(people.nomad).get("/memory/").status_code == 403
+    assert Client().get("/memory/").status_code == 302

@@ -1,0 +1,77 @@
+"""Members and roles."""
+
+from __future__ import annotations
+
+from django.test import Client
+
+from memoryhub.models import Membership, Role, User
+from tests.pages.personas import PASSWORD, signed_in
+
+
+def test_it_lists_the_members_of_my_workspace_only(people):
+    text = signed_in(people.ada).get("/workspace/members/").content.decode()
+    assert "bruno" in text and "carol" in text
+    assert "olga" not in text and "nomad" not in text
+
+
+def test_it_adds_a_person_who_can_sign_in(people):
+    response = signed_in(people.ada).post("/workspace/members/add/", {
+        "username": "dana", "email": "dana@acme.test", "password": PASSWORD, "roles": ["sales"],
+    })
+    assert response.status_code == 302
+    dana = User.objects.get(username="dana")
+    assert dana.tenant == people.acme
+    assert [role.name for role in dana.membership.roles.all()] == ["sales"]
+    assert not dana.membership.is_admin
+    assert Client().login(username="dana", password=PASSWORD)
+
+
+def test_it_refuses_a_taken_name_or_a_weak_password(people):
+    client = signed_in(people.ada)
+    taken = client.post("/workspace/members/add/", {"username": "olga", "password": PASSWORD})
+    assert taken.status_code == 400 and b"is taken" in taken.content
+    weak = client.post("/workspace/members/add/", {"username": "erin", "password": "short"})
+    assert weak.status_code == 400 and b"too short" in weak.content
+    assert not User.objects.filter(username="erin").exists()
+    assert User.objects.get(username="olga").tenant == people.globex
+
+
+def test_it_sets_roles_and_the_admin_flag(people):
+    prefix = f"m{people.bruno.pk}"
+    signed_in(people.ada).post(f"/workspace/members/{people.bruno.pk}/", {
+        f"{prefix}-roles": ["sales", "leads"], f"{prefix}-is_admin": "on",
+    })
+    membership = Membership.objects.get(user=people.bruno)
+    assert sorted(role.name for role in membership.roles.all()) == ["leads", "sales"]
+    assert membership.is_admin
+
+
+def test_the_last_admin_stays_an_admin(people):
+    response = signed_in(people.ada).post(f"/workspace/members/{people.ada.pk}/", {
+        f"m{people.ada.pk}-roles": ["engineering"],
+    }, follow=True)
+    assert b"at least one admin" in response.content
+    assert Membership.objects.get(user=people.ada).is_admin
+
+
+def test_it_adds_and_removes_roles(people):
+    client = signed_in(people.ada)
+    client.post("/workspace/roles/add/", {"name": "support", "description": "Front line"})
+    role = Role.objects.get(tenant=people.acme, name="support")
+    duplicate = client.post("/workspace/roles/add/", {"name": "support"})
+    assert duplicate.status_code == 400
+    client.post(f"/workspace/roles/{role.pk}/delete/")
+    assert not Role.objects.filter(pk=role.pk).exists()
+
+
+def test_it_validates_ownership(people):
+    olga = signed_in(people.olga)
+    promote = {f"m{people.bruno.pk}-is_admin": "on"}
+    assert olga.post(f"/workspace/members/{people.bruno.pk}/", promote).status_code == 404
+    acme_role = Role.objects.get(tenant=people.acme, name="sales")
+    assert olga.post(f"/workspace/roles/{acme_role.pk}/delete/").status_code == 404
+    assert signed_in(people.bruno).get("/workspace/members/").status_code == 403
+    bruno = signed_in(people.bruno)
+    assert bruno.post("/workspace/members/add/", {"username": "x", "password": PASSWORD}).status_code == 403
+    assert not Membership.objects.get(user=people.bruno).is_admin
+    assert Role.objects.filter(pk=acme_role.pk).exists()
