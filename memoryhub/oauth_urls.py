@@ -9,7 +9,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import include, path
 from oauth2_provider import views as toolkit
 
-from memoryhub import oauth_views
+from memoryhub import oauth_views, token_exchange
 from memoryhub.oauth import MCP_READONLY_PATH
 from memoryhub.views import agents
 
@@ -26,6 +26,8 @@ authorization_server = [
          name="oauth-resource-metadata-mcp-readonly"),
     path("o/authorize/", oauth_views.AuthorizeView.as_view(), name="authorize"),
     path("o/token/", toolkit.TokenView.as_view(), name="token"),
+    # RFC 8693 token exchange for edge processes (memoryhub.token_exchange).
+    path("o/token/exchange/", token_exchange.token_exchange, name="token-exchange"),
     path("o/revoke_token/", toolkit.RevokeTokenView.as_view(), name="revoke-token"),
     path("o/register/", oauth_views.RegisterClientView.as_view(), name="dcr-register"),
     path("o/register/<str:client_id>/", oauth_views.ManageRegisteredClientView.as_view(),

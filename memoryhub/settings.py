@@ -269,6 +269,15 @@ MEMORYHUB_RATE_PER_MINUTE = envint("MEMORYHUB_RATE_PER_MINUTE", 60)
 MEMORYHUB_RATE_BURST = envint("MEMORYHUB_RATE_BURST", 10)
 MEMORYHUB_ALLOWED_ORIGINS = envlist("MEMORYHUB_ALLOWED_ORIGINS", BASE_URL)
 
+# Edge deployment (memoryhub/token_exchange.py, memoryhub/internal_api.py): edge
+# processes exchange each caller's token for a short-lived memory-service
+# credential and call /internal/memory/*. Both stay off in a single process.
+MEMORYHUB_INTERNAL_API = envbool("MEMORYHUB_INTERNAL_API")
+# The credential's audience; empty means BASE_URL + "/internal/memory".
+MEMORYHUB_SERVICE_AUDIENCE = os.environ.get("MEMORYHUB_SERVICE_AUDIENCE", "")
+# Capped at the tool deadline (25 s): a credential lives as long as one call may.
+MEMORYHUB_EXCHANGED_TOKEN_SECONDS = envfloat("MEMORYHUB_EXCHANGED_TOKEN_SECONDS", 25.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

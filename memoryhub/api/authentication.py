@@ -1,0 +1,106 @@
+"""Who may call the ingestion API: a connected source, with its own token.
+
+The token is a DOT access token from the client-credentials grant, checked by
+DOT itself (OAuth2Authentication → OAuthLibCore → our OAuth2Validator, which
+finds tokens by checksum since they are stored hashed). On top of that:
+
+- the token must carry the `ingest` scope (403 insufficient_scope otherwise);
+- its client must belong to an agent of kind `source`, not revoked, whose
+  admin still grants it `ingest`, with its Source row (403 otherwise).
+
+A token issued for an MCP resource (/mcp, /mcp/readonly) fails DOT's audience
+check here, and an ingest token carries no audience and no memory scope, so
+it opens no MCP tool (memoryhub.token_verifier): the two never mix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.core.exceptions import SuspiciousOperation
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from oauth2_provider.contrib.rest_framework import OAuth2Authentication
+from oauth2_provider.oauth2_backends import get_oauthlib_core
+from rest_framework import exceptions, status
+
+from memoryhub.models import Agent, Source
+from memoryhub.services.workspaces import INGEST_SCOPE
+
+
+@dataclass(frozen=True)
+class SourcePrincipal:
+    """request.user on the ingestion API."""
+
+    source: Source
+    client_id: str
+    is_authenticated: bool = True
+
+    def __str__(self) -> str:
+        return f"source:{self.source.agent.name}"
+
+
+class InsufficientScope(exceptions.APIException):
+    status_code = status.HTTP_403_FORBIDDEN
+    default_code = "insufficient_scope"
+    default_detail = f"This API needs a connected source's token with the {INGEST_SCOPE!r} scope."
+
+
+class IngestTokenAuthentication(OAuth2Authentication):
+    www_authenticate_realm = "memoryhub-ingest"
+
+    def authenticate(self, request):  # type: ignore[no-untyped-def]
+        # DOT reads the request's form parameters; given DRF's request that would
+        # parse the JSON body before the caller is known. Django's own request
+        # has no form parameters for JSON, so the token is checked first.
+        try:
+            valid, oauthlib_request = get_oauthlib_core().verify_request(request._request, scopes=[])
+        except ValueError as error:
+            raise SuspiciousOperation(error) from error
+        if not valid:
+            if _has_bearer(request):
+                request.oauth2_error = {"error": "invalid_token",
+                                        **getattr(oauthlib_request, "oauth2_error", {})}
+                raise exceptions.AuthenticationFailed("The access token is invalid, expired or not for this API.")
+            return None  # no credentials at all: DRF answers 401 with our challenge
+        access = oauthlib_request.access_token
+        if INGEST_SCOPE not in access.scope.split():
+            raise InsufficientScope()
+        agent = (
+            Agent.objects.select_related("tenant", "source", "source__agent")
+            .filter(application_id=access.application_id, kind=Agent.Kind.SOURCE, revoked_at__isnull=True)
+            .first()
+        )
+        if agent is None or INGEST_SCOPE not in agent.scope_set or not hasattr(agent, "source"):
+            raise exceptions.PermissionDenied("This token does not belong to a connected source of a workspace.")
+        return SourcePrincipal(source=agent.source, client_id=access.application.client_id), access
+
+
+def _has_bearer(request) -> bool:  # type: ignore[no-untyped-def]
+    return request.META.get("HTTP_AUTHORIZATION", "").lower().startswith("bearer")
+
+
+class IngestTokenScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI schema describes the ingestion API's credentials."""
+
+    target_class = "memoryhub.api.authentication.IngestTokenAuthentication"
+    name = "sourceClientCredentials"
+    priority = 1
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {
+            "type": "oauth2",
+            "description": (
+                "A connected source's own credentials: POST grant_type=client_credentials to /o/token/ "
+                "(HTTP Basic with the source's client id and secret) and send the access token as "
+                "`Authorization: Bearer …`. Tokens last 60 minutes."
+            ),
+            "flows": {
+                "clientCredentials": {
+                    "tokenUrl": "/o/token/",
+                    "scopes": {INGEST_SCOPE: "Feed documents into the workspace's shared memory"},
+                }
+            },
+        }
+
+    def get_security_requirement(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {self.name: [INGEST_SCOPE]}

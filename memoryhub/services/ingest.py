@@ -1,0 +1,584 @@
+"""Connected sources (decision 6): documents in, shared fragments out.
+
+A connected source sends whole documents. Each document is split into
+fragments (paragraphs packed up to CHUNK_MAX_CHARS, long paragraphs cut at
+lines, then sentences, then words), and each fragment is stored in the
+document's collection, attributed to the source as its agent, linked to the
+document as its resource and dated with the source's own created_at.
+
+A document is all or nothing: it is validated whole before anything is
+written, and written in one transaction.
+
+- Upsert. The document's content hash (its text, collection, created_at and
+  the chunker's version) is compared with the stored one: the same document
+  sent again changes nothing. Otherwise fragments whose text is unchanged are
+  kept, the others are retired at this instant and the new ones recorded at
+  the same instant, so an as-of read of the past still sees the old text and
+  a read of now sees only the new. Title and URI live on the resource and are
+  updated in place.
+- Delete. Every live fragment of the document is retired ("forgotten") at this
+  instant; the resource keeps its row, marked deleted.
+
+Tier 1 is the commit itself: the fragments are in the full-text index at once.
+Tier 2, the embedding, runs in Celery (memoryhub.ingest_tasks) after commit,
+in batches; its write only fills a vector that is still empty, so a redelivered
+or duplicated task can never embed a fragment twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Final, Literal
+
+from django.core.cache import cache
+from django.db import connection, transaction
+from django.db.models import Count, F, Q
+from django.utils import timezone
+
+from memoryhub.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
+from memoryhub.models import Collection, Fragment, Resource, Source, Tenant
+from memoryhub.services import limits
+
+logger = logging.getLogger("memoryhub.ingest")
+
+# ---------------------------------------------------------------- limits
+
+RESOURCE_ID_MAX_CHARS: Final = 512  # Resource.external_id, and memory_search's resource_ids items
+TITLE_MAX_CHARS: Final = 500  # Resource.title
+URI_MAX_CHARS: Final = 2000  # Resource.uri
+COLLECTION_MAX_CHARS: Final = 64  # Collection.name
+# 256 Ki characters: a long handbook chapter. Larger documents are split by the
+# connector; the bound keeps one document's transaction (up to ~300 fragments)
+# and its request body small.
+TEXT_MAX_CHARS: Final = 256 * 1024
+# A source's created_at may run ahead of our clock by this much (clock skew,
+# time zones gone wrong); further ahead it is a mistake.
+CREATED_AT_MAX_AHEAD: Final = dt.timedelta(hours=24)
+
+# ---------------------------------------------------------------- chunking
+
+# 1000 characters is at most 4000 bytes of UTF-8, so a fragment always fits
+# the 4 KiB per-fragment budget unclipped, and about the 256 word pieces the
+# embedder reads before it truncates.
+CHUNK_MAX_CHARS: Final = 1000
+# Part of the content hash: a new chunker re-splits documents on their next upsert.
+CHUNKER_VERSION: Final = 1
+
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+
+
+def chunk_text(text: str, *, max_chars: int = CHUNK_MAX_CHARS) -> list[str]:
+    """Fragments of `text`, in order, each at most `max_chars` characters.
+
+    Paragraphs (blank-line separated; fenced code blocks count as one) are
+    packed together up to the bound; a Markdown heading starts a new fragment
+    so a section's title stays with its text. A paragraph over the bound is
+    cut at line breaks, then sentence ends, then spaces, and only as a last
+    resort inside a word. Repeated fragments are kept once.
+    """
+    chunks: list[str] = []
+    current = ""
+    current_is_heading = False
+    for block, is_heading in _blocks(text.replace("\r\n", "\n").replace("\r", "\n")):
+        for piece in _fit(block, max_chars, level=0):
+            # A heading begins a new fragment, unless the current one is only headings.
+            starts_section = is_heading and current and not current_is_heading
+            if current and not starts_section and len(current) + 2 + len(piece) <= max_chars:
+                current = f"{current}\n\n{piece}"
+                current_is_heading = current_is_heading and is_heading
+            else:
+                if current:
+                    chunks.append(current)
+                current, current_is_heading = piece, is_heading
+    if current:
+        chunks.append(current)
+    return list(dict.fromkeys(chunks))
+
+
+def _blocks(text: str) -> Iterable[tuple[str, bool]]:
+    """(paragraph, is_heading) in order."""
+    lines: list[str] = []
+    in_fence = False
+
+    def flush() -> Iterable[tuple[str, bool]]:
+        block = "\n".join(lines).strip()
+        lines.clear()
+        if block:
+            yield block, False
+
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            lines.append(line)
+            continue
+        if in_fence:
+            lines.append(line)
+            continue
+        if not line.strip():
+            yield from flush()
+        elif _HEADING.match(line):
+            yield from flush()
+            yield line.strip(), True
+        else:
+            lines.append(line)
+    yield from flush()
+
+
+def _fit(text: str, max_chars: int, *, level: int) -> list[str]:
+    """`text` cut into pieces of at most `max_chars`, at the coarsest boundary that works."""
+    text = text.strip()
+    if len(text) <= max_chars:
+        return [text] if text else []
+    if level == 0:
+        parts, joiner = text.split("\n"), "\n"
+    elif level == 1:
+        parts, joiner = _SENTENCE_END.split(text), " "
+    elif level == 2:
+        parts, joiner = text.split(" "), " "
+    else:
+        return [text[i:i + max_chars] for i in range(0, len(text), max_chars)]
+    pieces: list[str] = []
+    for part in parts:
+        pieces.extend(_fit(part, max_chars, level=level + 1))
+    return _pack(pieces, joiner, max_chars)
+
+
+def _pack(pieces: list[str], joiner: str, max_chars: int) -> list[str]:
+    packed: list[str] = []
+    current = ""
+    for piece in pieces:
+        if current and len(current) + len(joiner) + len(piece) <= max_chars:
+            current = f"{current}{joiner}{piece}"
+        else:
+            if current:
+                packed.append(current)
+            current = piece
+    if current:
+        packed.append(current)
+    return packed
+
+
+def chunk_hash(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------- documents
+
+DOCUMENT_FIELDS: Final = ("resource_id", "title", "uri", "created_at", "collection", "text")
+
+
+@dataclass(frozen=True)
+class Document:
+    """A validated document as a source sent it."""
+
+    resource_id: str
+    title: str
+    uri: str
+    created_at: dt.datetime | None
+    collection: str | None
+    text: str
+
+    @property
+    def content_hash(self) -> str:
+        """What decides whether the fragments must change (title and URI do not)."""
+        payload = {
+            "chunker": CHUNKER_VERSION,
+            "collection": self.collection,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "text": self.text,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _clean(value: Any, *, field: str, max_chars: int, required: bool = False) -> str:
+    value = limits.text(value, field=field, max_chars=max_chars, required=required)
+    # PostgreSQL text cannot hold NUL, and a lone surrogate (a broken \ud800
+    # escape) cannot be encoded: refuse both here rather than fail at the database.
+    if "\x00" in value:
+        raise InvalidArgument(f"{field} contains a NUL character (\\u0000).", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field} contains an unpaired surrogate; send valid UTF-8.", field=field) from None
+    return value
+
+
+def resource_id_validated(value: Any) -> str:
+    return _clean(value, field="resource_id", max_chars=RESOURCE_ID_MAX_CHARS, required=True)
+
+
+def document_validated(
+    *, resource_id: Any = None, text: Any = None, title: Any = None, uri: Any = None, created_at: Any = None,
+    collection: Any = None, now: dt.datetime | None = None,
+) -> Document:
+    """Every field checked against its limit; InvalidArgument names the first one wrong."""
+    now = now or timezone.now()
+    instant = limits.instant(created_at, field="created_at")
+    if instant is not None and instant > now + CREATED_AT_MAX_AHEAD:
+        raise InvalidArgument(
+            f"created_at {instant.isoformat()} is more than {CREATED_AT_MAX_AHEAD.total_seconds() / 3600:g} "
+            "hours in the future.",
+            field="created_at",
+        )
+    if collection is not None:
+        collection = _clean(collection, field="collection", max_chars=COLLECTION_MAX_CHARS, required=True)
+    return Document(
+        resource_id=resource_id_validated(resource_id),
+        title=_clean(title, field="title", max_chars=TITLE_MAX_CHARS).strip(),
+        uri=_clean(uri, field="uri", max_chars=URI_MAX_CHARS).strip(),
+        created_at=instant,
+        collection=collection,
+        text=_clean(text, field="text", max_chars=TEXT_MAX_CHARS, required=True),
+    )
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    resource_id: str
+    status: Literal["created", "updated", "unchanged"]
+    collection: str
+    content_hash: str
+    fragments: int  # live fragments of the document now
+    added: int
+    kept: int
+    retired: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    resource_id: str
+    status: Literal["deleted", "already_deleted"]
+    retired: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _collection_for(source: Source, name: str | None) -> Collection:
+    if name is None:
+        if source.default_collection_id is None:
+            raise InvalidArgument(
+                "collection is required: this source has no default collection.", field="collection"
+            )
+        return Collection.objects.get(pk=source.default_collection_id)
+    collection = Collection.objects.filter(tenant_id=source.tenant_id, name=name).first()
+    if collection is None:
+        raise InvalidArgument(f"No collection named {name!r} in this workspace.", field="collection")
+    return collection
+
+
+def _lock_document(source: Source, resource_id: str) -> None:
+    """One writer per document at a time (two upserts of one new document would
+    otherwise both create it)."""
+    digest = hashlib.sha256(f"ingest:{source.tenant_id}:{resource_id}".encode()).digest()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+
+
+def _resource_of_source(source: Source, resource_id: str, *, for_update: bool = False) -> Resource | None:
+    queryset = Resource.objects.filter(tenant_id=source.tenant_id, external_id=resource_id)
+    if for_update:
+        queryset = queryset.select_for_update()
+    resource = queryset.first()
+    if resource is not None and resource.source_id not in (None, source.pk):
+        raise Conflict(
+            f"The resource id {resource_id!r} belongs to another source of this workspace.", field="resource_id"
+        )
+    return resource
+
+
+def _live_fragments(source: Source, resource: Resource):  # type: ignore[no-untyped-def]
+    links = Fragment.resources.through.objects.filter(resource_id=resource.pk).values("fragment_id")
+    return Fragment.objects.filter(source=source, pk__in=links, retired_at__isnull=True)
+
+
+def document_upsert(*, source: Source, document: Document, now: dt.datetime | None = None) -> UpsertResult:
+    """Store `document` for `source`, or bring its fragments up to date; nothing
+    changes when it is the same document again."""
+    collection = _collection_for(source, document.collection)
+    content_hash = document.content_hash
+    with transaction.atomic():
+        _lock_document(source, document.resource_id)
+        now = now or timezone.now()
+        resource = _resource_of_source(source, document.resource_id, for_update=True)
+        live = list(_live_fragments(source, resource).only("pk", "content_hash", "collection_id", "created_at")) \
+            if resource is not None else []
+        if resource is not None and resource.deleted_at is None and resource.content_hash == content_hash:
+            if (resource.title, resource.uri) == (document.title, document.uri):
+                return UpsertResult(document.resource_id, "unchanged", collection.name, content_hash, len(live),
+                                    added=0, kept=len(live), retired=0)
+            resource.title, resource.uri, resource.updated_at = document.title, document.uri, now
+            resource.save(update_fields=["title", "uri", "updated_at"])
+            return UpsertResult(document.resource_id, "updated", collection.name, content_hash, len(live),
+                                added=0, kept=len(live), retired=0)
+
+        status: Literal["created", "updated"] = (
+            "created" if resource is None or resource.deleted_at is not None else "updated"
+        )
+        if resource is None:
+            resource = Resource(tenant_id=source.tenant_id, external_id=document.resource_id)
+        resource.source = source
+        resource.title, resource.uri, resource.created_at = document.title, document.uri, document.created_at
+        resource.content_hash, resource.updated_at, resource.deleted_at = content_hash, now, None
+        resource.save()
+
+        chunks = {chunk_hash(chunk): chunk for chunk in chunk_text(document.text)}
+        keep: set = set()
+        for fragment in live:
+            same_home = fragment.collection_id == collection.pk and (
+                document.created_at is None or fragment.created_at == document.created_at
+            )
+            if same_home and fragment.content_hash in chunks:
+                keep.add(fragment.pk)
+                chunks.pop(fragment.content_hash)
+        retire = [fragment.pk for fragment in live if fragment.pk not in keep]
+        if retire:
+            Fragment.objects.filter(pk__in=retire).update(
+                retired_at=now, retired_reason=Fragment.Retired.SUPERSEDED
+            )
+        added = _fragments_create(
+            source=source, resource=resource, collection=collection, chunks=chunks,
+            created_at=document.created_at or now, now=now,
+        )
+        if any(fragment.embedding is None for fragment in added):
+            embedding_enqueue(source=source)
+    return UpsertResult(document.resource_id, status, collection.name, content_hash, len(keep) + len(added),
+                        added=len(added), kept=len(keep), retired=len(retire))
+
+
+def _fragments_create(
+    *, source: Source, resource: Resource, collection: Collection, chunks: dict[str, str], created_at: dt.datetime,
+    now: dt.datetime,
+) -> list[Fragment]:
+    if not chunks:
+        return []
+    # The same text embedded before for this source (a moved or re-dated
+    # document, a restored one, shared boilerplate) takes that vector: an
+    # embedding is keyed by the content hash.
+    known = dict(
+        Fragment.objects.filter(source=source, content_hash__in=list(chunks), embedding__isnull=False)
+        .order_by("content_hash").distinct("content_hash").values_list("content_hash", "embedding")
+    )
+    application = source.agent.application if source.agent.application_id else None
+    fragments = [
+        Fragment(
+            tenant_id=source.tenant_id,
+            collection=collection,
+            source=source,
+            value=value,
+            confidence=1.0,
+            grounding_status=Fragment.Grounding.GROUNDED,
+            created_at=created_at,
+            recorded_at=now,
+            client_id=application.client_id if application else "",
+            content_hash=digest,
+            embedding=known.get(digest),
+            embedded_at=now if digest in known else None,
+        )
+        for digest, value in chunks.items()
+    ]
+    Fragment.objects.bulk_create(fragments)
+    Fragment.agents.through.objects.bulk_create(
+        [Fragment.agents.through(fragment_id=fragment.pk, agent_id=source.agent_id) for fragment in fragments]
+    )
+    Fragment.resources.through.objects.bulk_create(
+        [Fragment.resources.through(fragment_id=fragment.pk, resource_id=resource.pk) for fragment in fragments]
+    )
+    return fragments
+
+
+def document_delete(*, source: Source, resource_id: Any, now: dt.datetime | None = None) -> DeleteResult:
+    """Retire every live fragment of the document at this instant."""
+    resource_id = resource_id_validated(resource_id)
+    with transaction.atomic():
+        _lock_document(source, resource_id)
+        now = now or timezone.now()
+        resource = _resource_of_source(source, resource_id, for_update=True)
+        if resource is None or resource.source_id is None:
+            raise NotFound(f"This source has sent no document with resource id {resource_id!r}.",
+                           field="resource_id")
+        if resource.deleted_at is not None:
+            return DeleteResult(resource_id, "already_deleted", retired=0)
+        retired = _live_fragments(source, resource).update(retired_at=now, retired_reason=Fragment.Retired.FORGOTTEN)
+        resource.deleted_at, resource.updated_at, resource.content_hash = now, now, ""
+        resource.save(update_fields=["deleted_at", "updated_at", "content_hash"])
+    return DeleteResult(resource_id, "deleted", retired=retired)
+
+
+# ---------------------------------------------------------------- selectors
+
+
+def source_get(*, tenant: Tenant, name: str) -> Source:
+    """A connected source of `tenant` by its agent name; a revoked source is refused."""
+    source = Source.objects.select_related("agent", "tenant").filter(tenant=tenant, agent__name=name).first()
+    if source is None:
+        raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
+    if source.agent.revoked_at is not None:
+        raise PermissionDenied(f"The source {name!r} has been revoked.")
+    return source
+
+
+def document_status(*, source: Source, resource_id: Any) -> dict[str, Any]:
+    """One document as memory holds it now: its metadata and how much of it is searchable."""
+    resource_id = resource_id_validated(resource_id)
+    resource = _resource_of_source(source, resource_id)
+    if resource is None or resource.source_id is None:
+        raise NotFound(f"This source has sent no document with resource id {resource_id!r}.", field="resource_id")
+    live = _live_fragments(source, resource)
+    counts = live.aggregate(fragments=Count("pk"), pending=Count("pk", filter=Q(embedding__isnull=True)))
+    collection = live.values_list("collection__name", flat=True).first()
+    return {
+        "resource_id": resource.external_id,
+        "title": resource.title,
+        "uri": resource.uri,
+        "created_at": resource.created_at,
+        "collection": collection,
+        "content_hash": resource.content_hash,
+        "deleted": resource.deleted_at is not None,
+        "updated_at": resource.updated_at,
+        "fragments": counts["fragments"],
+        "pending_embedding": counts["pending"],
+    }
+
+
+def source_progress(*, source: Source) -> dict[str, Any]:
+    """What a source has contributed and how much of it is semantically searchable yet."""
+    documents = Resource.objects.filter(source=source).aggregate(
+        live=Count("pk", filter=Q(deleted_at__isnull=True)), deleted=Count("pk", filter=Q(deleted_at__isnull=False))
+    )
+    fragments = Fragment.objects.filter(source=source, retired_at__isnull=True).aggregate(
+        live=Count("pk"), pending=Count("pk", filter=Q(embedding__isnull=True))
+    )
+    return {
+        "source": source.agent.name,
+        "documents": documents["live"],
+        "deleted_documents": documents["deleted"],
+        "fragments": fragments["live"],
+        "pending_embedding": fragments["pending"],
+    }
+
+
+def source_documents(*, source: Source) -> dict[str, tuple[str, str, str]]:
+    """resource id -> (content hash, title, uri) of every live document of the
+    source: a bulk import skips what is unchanged without opening a transaction."""
+    rows = Resource.objects.filter(source=source, deleted_at__isnull=True).values_list(
+        "external_id", "content_hash", "title", "uri"
+    )
+    return {external_id: (content_hash, title, uri) for external_id, content_hash, title, uri in rows}
+
+
+def document_unchanged(*, document: Document, stored: tuple[str, str, str] | None) -> bool:
+    return stored == (document.content_hash, document.title, document.uri)
+
+
+# ---------------------------------------------------------------- tier 2: embedding
+
+EMBED_BATCH_SIZE: Final = 64
+# A task embeds at most this many batches, then hands over to a fresh task, so
+# no single delivery runs anywhere near the broker's visibility timeout.
+EMBED_MAX_BATCHES: Final = 16
+# While this key exists an embedding task for the source is queued and has not
+# started: later commits need not queue another.
+_QUEUED_TTL_SECONDS: Final = 60
+
+
+def _queued_key(source_id: int, tenant_id: Any) -> str:
+    # The tenant's random id keeps a key from an earlier database (tests, a
+    # restored backup) from matching a new source with the same number.
+    return f"ingest:embed-queued:{tenant_id}:{source_id}"
+
+
+def embedding_enqueue(*, source: Source) -> None:
+    """After the current transaction commits, make sure an embedding task for
+    this source is queued."""
+    source_id, tenant_id = source.pk, source.tenant_id
+    transaction.on_commit(lambda: _queue_embedding(source_id, tenant_id))
+
+
+def _queue_embedding(source_id: int, tenant_id: Any) -> None:
+    from memoryhub.ingest_tasks import embed_source_fragments
+
+    key = _queued_key(source_id, tenant_id)
+    if not cache.add(key, 1, timeout=_QUEUED_TTL_SECONDS):
+        return
+    try:
+        embed_source_fragments.delay(source_id)
+    except Exception:  # noqa: BLE001 - the write is committed; its fragments are lexically searchable already
+        cache.delete(key)
+        logger.exception("could not queue embedding for source %s; the next write or the sweep will", source_id)
+
+
+@dataclass(frozen=True)
+class EmbeddingRun:
+    embedded: int
+    more: bool  # stopped at max_batches with work left
+
+
+def fragments_embed_pending(
+    *, source_id: int, batch_size: int = EMBED_BATCH_SIZE, max_batches: int = EMBED_MAX_BATCHES,
+) -> EmbeddingRun:
+    """Embed this source's fragments that have no vector yet, live ones first.
+
+    Each batch claims its rows with FOR UPDATE SKIP LOCKED (so workers share
+    the work instead of repeating it), embeds them in one call and writes only
+    where the vector is still empty, all in one transaction: a worker killed
+    mid-batch writes nothing and releases its rows, and a redelivered task
+    finds only what is still missing.
+    """
+    from memoryhub.embeddings import get_embedder
+
+    embedder = get_embedder()
+    embedded = 0
+    for _ in range(max_batches):
+        with transaction.atomic():
+            batch = list(
+                Fragment.objects.filter(source_id=source_id, embedding__isnull=True)
+                .order_by(F("retired_at").asc(nulls_first=True), "recorded_at", "pk")
+                .select_for_update(skip_locked=True)
+                .values_list("pk", "value")[:batch_size]
+            )
+            if not batch:
+                return EmbeddingRun(embedded=embedded, more=False)
+            vectors = embedder.embed([value for _, value in batch])
+            embedded += _embeddings_write([pk for pk, _ in batch], vectors)
+    return EmbeddingRun(embedded=embedded, more=True)
+
+
+def _embeddings_write(ids: list, vectors: list[list[float]]) -> int:
+    literals = ["[" + ",".join(repr(float(x)) for x in vector) + "]" for vector in vectors]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {Fragment._meta.db_table} AS f
+               SET embedding = v.embedding::vector, embedded_at = %s
+              FROM unnest(%s::uuid[], %s::text[]) AS v(id, embedding)
+             WHERE f.id = v.id AND f.embedding IS NULL
+            """,  # noqa: S608 - the table name is our model's
+            [timezone.now(), ids, literals],
+        )
+        return cursor.rowcount
+
+
+def embedding_run(*, source_id: int) -> EmbeddingRun:
+    """What the embedding task does: clear the queued mark (commits from now on
+    queue a new task), embed, and queue a follow-up when work is left."""
+    source = Source.objects.filter(pk=source_id).first()
+    if source is None:
+        return EmbeddingRun(embedded=0, more=False)
+    cache.delete(_queued_key(source.pk, source.tenant_id))
+    run = fragments_embed_pending(source_id=source_id)
+    if run.more:
+        _queue_embedding(source.pk, source.tenant_id)
+    logger.info("source %s: embedded %d fragments%s", source_id, run.embedded, " (more queued)" if run.more else "")
+    return run
