@@ -176,6 +176,7 @@ STATIC_ROOT = DATA_DIR / "staticfiles"
 # WhiteNoise serves static files from the app folders directly, so the server
 # needs no collectstatic step and no separate web server for them.
 WHITENOISE_USE_FINDERS = True
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every request when it is missing
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Security headers. Cookies and HSTS tighten whenever DEBUG is off.
