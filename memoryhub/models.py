@@ -224,6 +224,9 @@ class Fragment(models.Model):
     resources = models.ManyToManyField(Resource, blank=True, related_name="fragments")
     session_id = models.CharField(max_length=128, blank=True)
     client_id = models.CharField(max_length=255, blank=True, help_text="OAuth client that wrote it.")
+    resource_ref = models.CharField(
+        max_length=512, blank=True, help_text="The source document the writer named; enrichment links it."
+    )
     content_hash = models.CharField(max_length=64)
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)

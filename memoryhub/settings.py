@@ -265,6 +265,8 @@ OAUTH2_PROVIDER = {
 # The memory domain's knobs.
 MEMORYHUB_EMBEDDER = os.environ.get("MEMORYHUB_EMBEDDER", "memoryhub.embeddings.default_embedder")
 MEMORYHUB_SEARCH_DEADLINE_SECONDS = envfloat("MEMORYHUB_SEARCH_DEADLINE_SECONDS", 20.0)
+# HNSW candidate list per read; chosen with bench/search_bench.py (docs/benchmarks.md).
+MEMORYHUB_HNSW_EF_SEARCH = envint("MEMORYHUB_HNSW_EF_SEARCH", 200)
 MEMORYHUB_TOOL_DEADLINE_SECONDS = envfloat("MEMORYHUB_TOOL_DEADLINE_SECONDS", 25.0)
 MEMORYHUB_RATE_PER_MINUTE = envint("MEMORYHUB_RATE_PER_MINUTE", 60)
 MEMORYHUB_RATE_BURST = envint("MEMORYHUB_RATE_BURST", 10)

@@ -1,0 +1,284 @@
+"""Search latency at 10k and 100k fragments in one tenant (20 roles, 50
+collections), beside its floor, and filtered HNSW recall@10 against exact
+search under the same visibility filter.
+
+    python bench/search_bench.py                          # 10k and 100k, 200 / 100 queries
+    python bench/search_bench.py --sizes 10000 --queries 300
+    python bench/search_bench.py --rebuild                # regenerate the corpora
+
+For each size:
+* search: memory_search end to end (query embedding, role lookup, both index
+  queries under the visibility predicate, row check, fusion, receipt, commit);
+* floor: the query embedding alone; bare pgvector top-10 (no filter); bare
+  full-text top-10 (no filter, no cap, the product's OR query and ts_rank);
+* the product's two index queries alone, under the visibility predicate;
+* recall@10 of the filtered HNSW query (iterative scan) against an exact
+  scan under the same predicate, for several hnsw.ef_search values: the raw
+  top 10 of the index, and the top 10 search keeps (its 40-candidate pool
+  re-scored exactly).
+
+The corpus: the labelled set's 1,265 texts as seeds, varied (numbers, names,
+half of them joined with another seed's first sentence, a closing clause),
+each embedded with the production embedder; 10% private to 50 people, the
+rest in 50 collections from 3 connected sources, 5% retired.
+Each corpus is built once into the benchmark database and reused; the HNSW
+and GIN indexes are rebuilt after the bulk load with maintenance_work_mem=1GB.
+Results: bench/results/search_bench.json. Run time on 2 cores: ~5 min for 10k, ~30 min for 100k
+(most of it embedding the corpus once; later runs reuse it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import re
+import time
+import uuid
+
+from common import ROOT, bench_database, summary, timed, write_results
+
+DATA = ROOT / "bench" / "data" / "retrieval_set.json"
+ROLES = 20
+COLLECTIONS = 50
+PEOPLE = 50
+NAMES = ["Ada", "Bruno", "Chloe", "Dana", "Emeka", "Farah", "Goran", "Hana", "Ivan", "Jun", "Kofi", "Lena",
+         "Mateo", "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tariq"]
+EF_SEARCH_VALUES = (40, 100, 200, 400, 1000)
+CLAUSES = ["", "", " Noted in the weekly sync.", " Follow-up owner: {name}.", " Confirmed by {name} on Monday.",
+           " See the linked ticket.", " Raised again in the retro.", " {name} will double-check this.",
+           " This replaces the earlier note.", " Applies to the EU region too."]
+
+
+def slug(size: int) -> str:
+    return f"bench-{size}"
+
+
+def _vary(text: str, other: str, rng: random.Random) -> str:
+    """A new fragment from a seed: digits and names changed, sometimes joined
+    with the first sentence of another seed, a closing clause."""
+    text = re.sub(r"\d", lambda m: str(rng.randint(0, 9)) if rng.random() < 0.3 else m.group(0), text)
+    for name in NAMES[:6]:
+        if name in text and rng.random() < 0.3:
+            text = text.replace(name, rng.choice(NAMES))
+    if rng.random() < 0.5:
+        first_sentence = re.split(r"(?<=[.!?])\s", other, maxsplit=1)[0]
+        text = f"{text} {first_sentence}"
+    return text + rng.choice(CLAUSES).format(name=rng.choice(NAMES))
+
+
+def build(size: int, seeds: list[str], rebuild: bool) -> None:
+    from django.db import connection, transaction
+
+    from memoryhub.embeddings import get_embedder
+    from memoryhub.models import AccessRule, Agent, Collection, Fragment, Membership, Role, Source, Tenant, User
+
+    existing = Tenant.objects.filter(slug=slug(size)).first()
+    if existing is not None and not rebuild and Fragment.objects.filter(tenant=existing).count() == size:
+        print(f"[{size}] reusing the corpus", flush=True)
+        return
+    started = time.perf_counter()
+    rng = random.Random(size)
+    with transaction.atomic():
+        if existing is not None:
+            # Set-based deletes: the ORM's collector would load 100k rows into Python.
+            with connection.cursor() as cursor:
+                cursor.execute("DELETE FROM memoryhub_fragment_agents WHERE fragment_id IN "
+                               "(SELECT id FROM memoryhub_fragment WHERE tenant_id = %s)", [existing.pk])
+                cursor.execute("DELETE FROM memoryhub_fragment WHERE tenant_id = %s", [existing.pk])
+            User.objects.filter(tenant=existing).delete()
+            existing.delete()
+        tenant = Tenant.objects.create(slug=slug(size), name=f"Bench {size}")
+        roles = [Role.objects.create(tenant=tenant, name=f"role-{i}") for i in range(ROLES)]
+        collections = [Collection.objects.create(tenant=tenant, name=f"coll-{i}") for i in range(COLLECTIONS)]
+        for role in roles:
+            for collection in rng.sample(collections, rng.randint(4, 8)):
+                AccessRule.objects.create(tenant=tenant, role=role, collection=collection)
+        people = []
+        for i in range(PEOPLE):
+            user = User.objects.create(username=f"{slug(size)}-person-{i}", tenant=tenant)
+            Membership.objects.create(tenant=tenant, user=user).roles.set(rng.sample(roles, rng.randint(1, 3)))
+            people.append(user)
+        sources = []
+        for name in ("wiki", "tickets", "crm"):
+            agent = Agent.objects.create(tenant=tenant, name=name, kind=Agent.Kind.SOURCE)
+            sources.append(Source.objects.create(tenant=tenant, agent=agent))
+
+    texts = [_vary(rng.choice(seeds), rng.choice(seeds), rng) for _ in range(size)]
+    embedder = get_embedder()
+    vectors = []
+    for start in range(0, size, 1024):
+        vectors.extend(embedder.embed(texts[start:start + 1024]))
+        if start and start % 10240 == 0:
+            print(f"[{size}] embedded {start} texts ({time.perf_counter() - started:.0f}s)", flush=True)
+    base = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    rows, links = [], []
+    for text, vector in zip(texts, vectors, strict=True):
+        pk = uuid.uuid4()
+        recorded = base + dt.timedelta(minutes=rng.randint(0, 500_000))
+        retired = recorded + dt.timedelta(days=rng.randint(1, 200)) if rng.random() < 0.05 else None
+        private = rng.random() < 0.10
+        source = None if private else rng.choice(sources)
+        rows.append((
+            pk, tenant.pk, rng.choice(people).pk if private else None,
+            None if private else rng.choice(collections).pk, source.pk if source else None,
+            text, recorded - dt.timedelta(days=rng.randint(0, 60)), recorded, retired,
+            "superseded" if retired else "", "[" + ",".join(f"{x:.6f}" for x in vector) + "]",
+        ))
+        if source is not None:
+            links.append((pk, source.agent_id))
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX IF EXISTS fragment_embedding_hnsw")
+        cursor.execute("DROP INDEX IF EXISTS fragment_search_vector_gin")
+        raw = cursor.cursor
+        with raw.copy(
+            "COPY memoryhub_fragment (id, tenant_id, owner_user_id, collection_id, source_id, value, created_at, "
+            "recorded_at, retired_at, retired_reason, embedding, subject_key, confidence, grounding_status, "
+            "session_id, client_id, resource_ref, content_hash, embedded_at) FROM STDIN"
+        ) as copy:
+            for row in rows:
+                copy.write_row((*row, "", 1.0, "grounded", "", "", "", "bench", row[7]))
+        with raw.copy("COPY memoryhub_fragment_agents (fragment_id, agent_id) FROM STDIN") as copy:
+            for link in links:
+                copy.write_row(link)
+        print(f"[{size}] loaded {size} rows in {time.perf_counter() - started:.0f}s; building indexes", flush=True)
+        cursor.execute("SET maintenance_work_mem = '1GB'")
+        t0 = time.perf_counter()
+        cursor.execute(
+            "CREATE INDEX fragment_embedding_hnsw ON memoryhub_fragment USING hnsw (embedding vector_cosine_ops) "
+            "WITH (m = 16, ef_construction = 64)"
+        )
+        hnsw_seconds = time.perf_counter() - t0
+        cursor.execute("CREATE INDEX fragment_search_vector_gin ON memoryhub_fragment USING gin (search_vector)")
+        cursor.execute("RESET maintenance_work_mem")
+        cursor.execute("ANALYZE memoryhub_fragment")
+        cursor.execute("ANALYZE memoryhub_fragment_agents")
+    print(f"[{size}] HNSW index built in {hnsw_seconds:.0f}s; corpus ready in {time.perf_counter() - started:.0f}s",
+          flush=True)
+
+
+def run(size: int, queries: list[str], rng: random.Random) -> dict:
+    from django.db import connection, transaction
+    from django.db.models import ExpressionWrapper, F, FloatField
+    from django.utils import timezone
+    from pgvector.django import CosineDistance
+
+    from memoryhub import access
+    from memoryhub.access import caller_for_user
+    from memoryhub.embeddings import get_embedder
+    from memoryhub.models import Fragment, User
+    from memoryhub.services import search
+    from memoryhub.services.search import RANKING, memory_search
+
+    users = list(User.objects.filter(tenant__slug=slug(size)).order_by("pk"))
+    callers = [caller_for_user(user=user) for user in users]
+    readers = [rng.choice(callers) for _ in queries]
+    embedder = get_embedder()
+    embedder.embed(["warm up"])
+    for query, caller in list(zip(queries, readers, strict=True))[:10]:  # warm caches and the pool
+        memory_search(caller=caller, query=query)
+
+    result: dict = {"fragments": size, "queries": len(queries)}
+    samples = []
+    for query, caller in zip(queries, readers, strict=True):
+        samples += timed(lambda q=query, c=caller: memory_search(caller=c, query=q), 1)
+    result["search"] = summary(samples)
+
+    vectors = embedder.embed(queries)
+    result["floor_query_embedding"] = summary(
+        [t for q in queries for t in timed(lambda q=q: embedder.embed([q]), 1)])
+
+    def bare_vector(vector):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM memoryhub_fragment ORDER BY embedding <=> %s::vector LIMIT 10",
+                           ["[" + ",".join(map(str, vector)) + "]"])
+            return cursor.fetchall()
+
+    result["floor_bare_pgvector"] = summary([t for v in vectors for t in timed(lambda v=v: bare_vector(v), 1)])
+
+    def bare_fulltext(query):
+        tsquery = search.tsquery_for(query, RANKING)
+        if tsquery is None:
+            return []
+        return list(Fragment.objects.filter(search_vector=tsquery)
+                    .order_by(search._lexical_rank(tsquery, RANKING).desc()).values_list("pk", flat=True)[:10])
+
+    result["floor_bare_fulltext"] = summary([t for q in queries for t in timed(lambda q=q: bare_fulltext(q), 1)])
+
+    now = timezone.now()
+    vector_times, lexical_times, visible_shares = [], [], []
+    recall: dict[int, dict[str, list[float]]] = {ef: {"raw": [], "pool": [], "ms": []} for ef in EF_SEARCH_VALUES}
+    for query, vector, caller in zip(queries, vectors, readers, strict=True):
+        policy = access.read_policy(caller=caller, as_of=now)
+        predicate = policy.queryset_filter()
+        with transaction.atomic(), search.index_settings():
+            vector_times += timed(lambda p=predicate, v=vector: search.vector_candidates(p, v, 10), 1)
+            tsquery = search.tsquery_for(query, RANKING)
+            if tsquery is not None:
+                lexical_times += timed(lambda p=predicate, t=tsquery: search.lexical_candidates(p, t, 40), 1)
+            # Exact: an ORDER BY the index cannot serve forces a scan of every visible row.
+            exact = list(
+                Fragment.objects.filter(predicate, embedding__isnull=False)
+                .annotate(d=ExpressionWrapper(CosineDistance("embedding", vector) * 1.0, output_field=FloatField()))
+                .order_by(F("d").asc(), "pk").values_list("pk", flat=True)[:10]
+            )
+            for ef in EF_SEARCH_VALUES:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
+                started = time.perf_counter()
+                raw = search.vector_candidates(predicate, vector, 10)
+                # What search itself keeps: its candidate pool, re-scored exactly, top 10.
+                pool = search.vector_candidates(predicate, vector, search.candidate_pool(10))
+                recall[ef]["ms"].append((time.perf_counter() - started) * 1000 / 2)
+                rescored = list(
+                    Fragment.objects.filter(pk__in=pool).annotate(d=CosineDistance("embedding", vector))
+                    .order_by("d", "pk").values_list("pk", flat=True)[:10]
+                )
+                if exact:
+                    recall[ef]["raw"].append(len(set(raw) & set(exact)) / len(exact))
+                    recall[ef]["pool"].append(len(set(rescored) & set(exact)) / len(exact))
+        if len(visible_shares) < 20:
+            visible_shares.append(Fragment.objects.filter(predicate).count() / size)
+    result["index_query_vector_filtered"] = summary(vector_times)
+    result["index_query_lexical_filtered"] = summary(lexical_times)
+    result["filtered_recall@10_vs_exact"] = {
+        str(ef): {
+            "index_top10": round(sum(r["raw"]) / len(r["raw"]), 4),
+            "index_top10_min": round(min(r["raw"]), 4),
+            "search_pool_top10": round(sum(r["pool"]) / len(r["pool"]), 4),
+            "search_pool_top10_min": round(min(r["pool"]), 4),
+            "vector_query_p50_ms": summary(r["ms"])["p50_ms"],
+        }
+        for ef, r in recall.items()
+    }
+    result["hnsw_ef_search_in_production"] = search.hnsw_ef_search()
+    result["visible_share_mean"] = round(sum(visible_shares) / len(visible_shares), 3)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", default="200,100", help="queries per size (one number, or one per size)")
+    parser.add_argument("--rebuild", action="store_true")
+    args = parser.parse_args()
+    data = json.loads(DATA.read_text())
+    seeds = [item["value"] for item in data["fragments"]]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    counts = [int(q) for q in args.queries.split(",")]
+    counts += [counts[-1]] * (len(sizes) - len(counts))
+    results = {}
+    with bench_database():
+        for size, count in zip(sizes, counts, strict=True):
+            build(size, seeds, args.rebuild)
+            rng = random.Random(7)
+            queries = [q["query"] for q in rng.sample(data["queries"], min(count, len(data["queries"])))]
+            results[str(size)] = run(size, queries, rng)
+            print(json.dumps(results[str(size)], indent=1), flush=True)
+    path = write_results("search_bench", results)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
