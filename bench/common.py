@@ -40,7 +40,7 @@ def bench_database() -> Iterator[None]:
 
     with embedded_postgres_for_command():
         setup_test_environment()
-        connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=True)
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=True, serialize=False)
         try:
             yield
         finally:
