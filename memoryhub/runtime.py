@@ -15,7 +15,10 @@ def uses_embedded_postgres() -> bool:
 
 @contextlib.contextmanager
 def embedded_postgres_for_command() -> Iterator[None]:
-    """Run the block with the embedded PostgreSQL up; stop it after only if we started it."""
+    """Run the block with the embedded PostgreSQL up; stop it after only if we started it.
+
+    A command run while another process (say `./dev serve`) owns the server uses it and
+    leaves it running; the owner stops it when it exits, even if others still use it."""
     if not uses_embedded_postgres():
         yield
         return
