@@ -177,7 +177,19 @@ _FRAGMENT: Final[JSONSchema] = {
             "description": "When its source was created.",
         },
         "agents": _string_list("Agents that contributed the fragment."),
-        "resources": _string_list("Documents the fragment is about."),
+        "resources": {
+            "type": "array",
+            "description": "Documents the fragment is about, with provenance.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "title": {"type": "string"},
+                    "uri": {"type": "string"},
+                },
+                "required": ["id"],
+            },
+        },
         "score": _nullable("number", "Relevance score for this read, when ranked."),
         "value_truncated": {
             "type": "boolean",
