@@ -46,10 +46,19 @@ class MemoryServiceError(Exception):
         self.message = message
 
 
+class VerificationThrottled(Exception):
+    """The authority behind a verifier refused to check this token for now
+    (too many checks of it); the caller should retry after `retry_after` seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"token verification throttled; retry after {retry_after} s")
+        self.retry_after = max(1, retry_after)
+
+
 class TokenVerifier(Protocol):
     async def verify(self, token: str, *, resource: str) -> Principal | None:
         """Return the principal for a valid, unexpired token issued for
-        `resource`, or None."""
+        `resource`, or None. May raise VerificationThrottled."""
 
 
 class MemoryClient(Protocol):

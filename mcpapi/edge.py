@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import httpx2
 
-from mcpapi.client import MemoryServiceError, Principal, PrincipalKind
+from mcpapi.client import MemoryServiceError, Principal, PrincipalKind, VerificationThrottled
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ class ExchangingTokenVerifier:
             return self._principal(body, resource=resource)
         if response.status_code == 400 and body is not None and body.get("error") in _REFUSALS:
             return None
+        if response.status_code == 429:
+            raise VerificationThrottled(_retry_after(response))
         raise UpstreamUnavailable(f"token exchange answered {response.status_code}")
 
     def _principal(self, body: dict[str, Any], *, resource: str) -> Principal:
@@ -185,3 +187,9 @@ def _json_plain(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _retry_after(response: httpx2.Response) -> int:
+    """The seconds a 429 asks for (RFC 9110 delay-seconds); 1 when absent or a date."""
+    value = response.headers.get("retry-after", "")
+    return int(value) if value.isdigit() else 1

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcpapi.auth import bearer_challenge, presented_token, resource_metadata_url, resource_url
 from mcpapi.caller import ENDPOINTS, FULL_ENDPOINT, Caller, Endpoint, scope_with_caller
 from mcpapi.catalog import CATALOG, missing_scope
-from mcpapi.client import MEMORY_SCOPES, MemoryClientFactory, TokenVerifier
+from mcpapi.client import MEMORY_SCOPES, MemoryClientFactory, TokenVerifier, VerificationThrottled
 from mcpapi.ratelimit import RateLimiter
 from mcpapi.rpc import Refusal, read_message, revision_refusal
 from mcpapi.server import CallLimits, build_server
@@ -183,14 +183,18 @@ class Gateway:
             logger.exception("rate limiter unavailable")
             return Refusal(503, UNAVAILABLE, "Rate limiter unavailable; retry shortly", headers={"Retry-After": "1"})
         if not decision.allowed:
-            return Refusal(
-                429,
-                RATE_LIMITED,
-                f"Rate limit: {settings.rate_per_minute} requests a minute, bursts of {settings.rate_burst}. "
-                f"Retry after {decision.retry_after_seconds} s.",
-                headers={"Retry-After": str(decision.retry_after_seconds)},
-            )
+            return self._rate_limited(decision.retry_after_seconds)
         return caller
+
+    def _rate_limited(self, retry_after: int) -> Refusal:
+        settings = self._settings
+        return Refusal(
+            429,
+            RATE_LIMITED,
+            f"Rate limit: {settings.rate_per_minute} requests a minute, bursts of {settings.rate_burst}. "
+            f"Retry after {retry_after} s.",
+            headers={"Retry-After": str(retry_after)},
+        )
 
     def _inspect(self, caller: Caller, headers: Headers, body: bytes) -> Refusal | None:
         """One JSON-RPC message, an accepted revision, and the scope its tool needs."""
@@ -213,6 +217,8 @@ class Gateway:
         resource = resource_url(self._settings.base_url, endpoint)
         try:
             principal = await self._verifier.verify(presented.token, resource=resource)
+        except VerificationThrottled as throttled:
+            return self._rate_limited(throttled.retry_after)
         except Exception:  # noqa: BLE001
             logger.exception("token verification failed")
             return Refusal(

@@ -34,9 +34,11 @@ verification key at every service process, and it cannot be withdrawn within its
 lifetime. The memory service has the database anyway; the lookup costs less than
 a millisecond and the exchange already costs one round trip.
 
-Each subject token may be exchanged at most twice the MCP rate per minute
-(429 beyond): the edge exchanges before its rate limit knows who is calling,
-and a flood must not become a flood of credential rows.
+Each subject token may be exchanged at most twice as often in a minute as the
+MCP rate limit lets one principal through (a full burst plus a minute's refill);
+429 with Retry-After beyond, which the edge passes on. The edge exchanges before
+its rate limit knows who is calling, and a flood must not become a flood of
+credential rows.
 
 The edge is a public client: it presents no client credentials, because it has
 none. The subject token is its only authority, so anyone holding a caller's
@@ -258,10 +260,11 @@ def _exchange_rate(request: HttpRequest, subject_token: str) -> int | None:
 
     The edge exchanges before its own rate limit can know who the caller is, so
     without this a flood of requests (429s included) would each write a
-    credential row. Twice the MCP rate leaves room for every request the
-    gateway would let through.
+    credential row. The most the gateway lets one principal through in a minute
+    is a full burst plus a minute's refill; twice that leaves room for every
+    request it would serve, in any minute the window is cut.
     """
-    rate = f"{2 * settings.MEMORYHUB_RATE_PER_MINUTE}/m"
+    rate = f"{2 * (settings.MEMORYHUB_RATE_PER_MINUTE + settings.MEMORYHUB_RATE_BURST)}/m"
     usage = get_usage(request, group="oauth.token-exchange", key=lambda group, request: token_checksum(subject_token),
                       rate=rate, method="POST", increment=True)
     if usage is not None and usage["should_limit"]:

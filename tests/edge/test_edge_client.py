@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from mcpapi.client import MemoryServiceError, Principal
+from mcpapi.client import MemoryServiceError, Principal, VerificationThrottled
 from mcpapi.edge import ExchangingTokenVerifier, HttpMemoryClient, UpstreamUnavailable
 from mcpapi.edge_app import edge_settings
 
@@ -42,13 +42,12 @@ def _http(handler) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
 
 
-async def _verify(status: int, body, token: str = "caller-token") -> Principal | None:
-    sent: list[httpx2.Request] = []
-
+async def _verify(status: int, body, token: str = "caller-token", headers: dict[str, str] | None = None
+                  ) -> Principal | None:
     def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
-        return httpx2.Response(status, json=body) if not isinstance(body, bytes) else httpx2.Response(status,
-                                                                                                      content=body)
+        if isinstance(body, bytes):
+            return httpx2.Response(status, content=body, headers=headers)
+        return httpx2.Response(status, json=body, headers=headers)
 
     async with _http(handler) as http:
         verifier = ExchangingTokenVerifier(http=http, token_url="http://svc/o/token/exchange/", audience=AUDIENCE)
@@ -75,7 +74,6 @@ async def test_a_refused_exchange_means_no_principal(error: str) -> None:
     [
         (500, b"<html>oops</html>"),
         (503, {"error": "temporarily_unavailable"}),
-        (429, {"error": "rate_limited"}),
         (400, {"error": "unsupported_grant_type"}),
         (401, {"error": "invalid_client"}),
         (200, {**EXCHANGED, "audience": "https://elsewhere.example.com"}),
@@ -88,6 +86,18 @@ async def test_a_failing_or_odd_exchange_is_an_outage_not_a_principal(status: in
     # The gateway answers 503 for this: a broken authorisation server must not look like a bad token.
     with pytest.raises(UpstreamUnavailable):
         await _verify(status, body)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("retry_after", "expected"), [("17", 17), ("0", 1), (None, 1), ("Wed, 21 Oct 2026 07:28:00 GMT", 1)]
+)
+async def test_a_throttled_exchange_is_passed_on_as_throttling(retry_after: str | None, expected: int) -> None:
+    # The gateway answers 429 with this Retry-After: the caller is asking too often, nothing is down.
+    headers = {"Retry-After": retry_after} if retry_after is not None else None
+    with pytest.raises(VerificationThrottled) as raised:
+        await _verify(429, {"error": "rate_limited"}, headers=headers)
+    assert raised.value.retry_after == expected
 
 
 @pytest.mark.anyio

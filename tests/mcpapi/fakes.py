@@ -47,15 +47,19 @@ def mint_token(
     ).decode().rstrip("=")
 
 
+def token_claims(token: str) -> dict[str, Any]:
+    """The claims of a token `mint_token` made; ValueError for anything else."""
+    if not token.startswith(TOKEN_PREFIX):
+        raise ValueError("not a fake token")
+    payload = token[len(TOKEN_PREFIX) :]
+    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return claims
+
+
 class FakeVerifier:
     async def verify(self, token: str, *, resource: str) -> Principal | None:
-        if not token.startswith(TOKEN_PREFIX):
-            return None
-        payload = token[len(TOKEN_PREFIX) :]
         try:
-            claims = json.loads(
-                base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
-            )
+            claims = token_claims(token)
         except ValueError:
             return None
         if claims["exp"] < time.time() or resource not in claims["aud"]:

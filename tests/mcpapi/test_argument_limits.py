@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.deployments import McpDeployment
+
 from .live import RunningServer
 from .rpc_http import call_tool, tool_result
 
@@ -61,15 +63,15 @@ BOUNDARIES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("tool", "at_limit", "past_limit", "field"), BOUNDARIES)
 def test_it_enforces_the_limit_at_its_boundary(
-    mcp_server: RunningServer,
+    deployment: McpDeployment,
     tool: str,
     at_limit: dict[str, Any],
     past_limit: dict[str, Any],
     field: str,
 ) -> None:
-    token = mcp_server.token()
-    accepted = tool_result(call_tool(mcp_server.url(), token, tool, at_limit))
-    refused = tool_result(call_tool(mcp_server.url(), token, tool, past_limit))
+    token = deployment.token()
+    accepted = tool_result(call_tool(deployment.url(), token, tool, at_limit))
+    refused = tool_result(call_tool(deployment.url(), token, tool, past_limit))
     assert accepted["isError"] is False, accepted
     assert refused["isError"] is True
     assert refused["content"][0]["text"].startswith(
@@ -77,10 +79,10 @@ def test_it_enforces_the_limit_at_its_boundary(
     )
 
 
-def test_content_is_counted_in_characters(mcp_server: RunningServer) -> None:
-    token = mcp_server.token()
+def test_content_is_counted_in_characters(deployment: McpDeployment) -> None:
+    token = deployment.token()
     accepted = tool_result(
-        call_tool(mcp_server.url(), token, WRITE, {"content": "é" * 32768})
+        call_tool(deployment.url(), token, WRITE, {"content": "é" * 32768})
     )
     assert accepted["isError"] is False
 
@@ -117,10 +119,10 @@ def test_date_times_reach_the_client_parsed(mcp_server: RunningServer) -> None:
 @pytest.mark.parametrize(
     "value", ["yesterday", "2026-03-01", "2026-03-01T09:30:00", 1700000000]
 )
-def test_a_date_time_needs_an_offset(mcp_server: RunningServer, value: object) -> None:
+def test_a_date_time_needs_an_offset(deployment: McpDeployment, value: object) -> None:
     result = tool_result(
         call_tool(
-            mcp_server.url(), mcp_server.token(), SEARCH, {"query": "q", "as_of": value}
+            deployment.url(), deployment.token(), SEARCH, {"query": "q", "as_of": value}
         )
     )
     assert result["isError"] is True
@@ -139,10 +141,10 @@ def test_a_date_time_needs_an_offset(mcp_server: RunningServer, value: object) -
     ],
 )
 def test_it_refuses_malformed_arguments_as_a_tool_error(
-    mcp_server: RunningServer, tool: str, arguments: dict[str, Any]
+    deployment: McpDeployment, tool: str, arguments: dict[str, Any]
 ) -> None:
     result = tool_result(
-        call_tool(mcp_server.url(), mcp_server.token(), tool, arguments)
+        call_tool(deployment.url(), deployment.token(), tool, arguments)
     )
     assert result["isError"] is True
     assert result["content"][0]["text"].startswith(f"Invalid arguments for {tool}")

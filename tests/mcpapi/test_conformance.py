@@ -18,7 +18,6 @@ import json
 import re
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,16 +25,15 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcpapi.auth import resource_url
 from mcpapi.caller import FULL_ENDPOINT
-from mcpapi.gateway import GatewaySettings, build_app
+from tests.edge.live import edge_stack
+from tests.support.deployments import RealDeployment, single_process
 from tests.support.node import ConformanceTools, NodeToolsUnavailable, conformance_tools
-from tests.support.proxy import bearer_proxy, bind_localhost, serve_in_thread
+from tests.support.proxy import bearer_proxy
 
-from .fakes import FakeVerifier, MemoryStore, mint_token, not_found_app
-from .live import KEY_PREFIX, REDIS_URL
-
-pytestmark = pytest.mark.slow
+# The database mark makes pytest-django create the test database even when this module runs
+# alone; the targets' principals and tokens are written outside any test's transaction.
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 # The revisions the server accepts: two on the initialize handshake, one stateless.
 REVISIONS = ("2025-06-18", "2025-11-25", "2026-07-28")
@@ -49,39 +47,31 @@ SUITE_RATE_BURST = 10_000
 # --- the server under test ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def conformance_target() -> Iterator[tuple[str, str]]:
+@pytest.fixture(scope="module", params=["app", "edge"])
+def conformance_target(
+    request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[tuple[str, str]]:
     """(base_url, bearer token) of the server the suite tests: the one place that picks it.
 
-    `base_url` is scheme://host:port, the origin the server knows itself by: its tokens are
-    for `base_url + "/mcp"` and it accepts its own origin in an Origin header (as the
-    project does by default, MEMORYHUB_ALLOWED_ORIGINS = BASE_URL). Authentication stays on;
-    only the rate limit is raised, because one run sends ~150 requests with one token.
-
-    Today: mcpapi's gateway over the fake MemoryClient/TokenVerifier. To test the project's
-    app instead, serve `memoryhub.asgi.application` here (see `asgi_server` in
-    tests/conftest.py) with BASE_URL set to its URL and MEMORYHUB_RATE_PER_MINUTE /
-    MEMORYHUB_RATE_BURST raised, and yield a token issued by its OAuth server.
+    Each deployment of the product in turn, on the test database: "app" is memoryhub.asgi
+    in its own uvicorn process, as the first README command runs it; "edge" is an edge
+    process (no database, no secret) in front of a memory-service process. `base_url` is
+    the origin the deployment knows itself by: its tokens are for `base_url + "/mcp"` and
+    it accepts that origin in an Origin header. The token is one of the authorisation
+    server's access tokens for a person in a workspace. Authentication stays on; only
+    the rate limit is raised, because one run sends ~150 requests with one token.
     """
-    with _fake_backed_server() as target:
-        yield target
+    from django.db import connection
 
-
-@contextmanager
-def _fake_backed_server() -> Iterator[tuple[str, str]]:
-    sock, base_url = bind_localhost()
-    settings = GatewaySettings(
-        base_url=base_url,
-        allowed_origins={base_url},
-        redis_url=REDIS_URL,
-        rate_limit_key_prefix=KEY_PREFIX,  # deleted at session end by conftest.py
-        rate_per_minute=SUITE_RATE_PER_MINUTE,
-        rate_burst=SUITE_RATE_BURST,
-    )
-    store = MemoryStore()
-    app = build_app(verifier=FakeVerifier(), client_factory=store.factory, fallback=not_found_app, settings=settings)
-    with serve_in_thread(app, sock):
-        yield base_url, mint_token(resource=resource_url(base_url, FULL_ENDPOINT), expires_in=3600)
+    rate = {"MEMORYHUB_RATE_PER_MINUTE": str(SUITE_RATE_PER_MINUTE), "MEMORYHUB_RATE_BURST": str(SUITE_RATE_BURST)}
+    database = dict(connection.settings_dict)
+    if request.param == "app":
+        with single_process(database, django_db_blocker, gateway_env=rate) as app:
+            yield app.base_url, app.token(expires_in=3600)
+    else:
+        with edge_stack(database, gateway_env=rate) as stack:
+            edge = RealDeployment(name="edge", base_url=stack.edge_url, db_blocker=django_db_blocker)
+            yield edge.base_url, edge.token(expires_in=3600)
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcpapi import schemas
-
-from .live import RunningServer
+from tests.support.deployments import McpDeployment
 
 MODERN = "2026-07-28"
 WIRES = (MODERN, "2025-11-25", "2025-06-18")
@@ -35,7 +34,12 @@ CLIENT_TIMEOUT = httpx2.Timeout(15.0)
 FUZZ = settings(
     max_examples=60,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    # function_scoped_fixture: a real deployment's tests are transactional (emptied after the
+    # test, not after each example); every example mints a principal of its own.
+    suppress_health_check=[
+        HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 META = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
@@ -67,22 +71,8 @@ _NEST = "__fuzz_nested__"
 
 class WriteLedger(Protocol):
     def writes_by(self, subject: str) -> int:
-        """How many writes from `subject` reached memory (a database version counts rows)."""
+        """How many writes from `subject` reached memory (a database deployment counts rows)."""
         ...
-
-
-class FakeStoreLedger:
-    """Counts `write` calls the fake MemoryClient recorded for a subject."""
-
-    def __init__(self, server: RunningServer) -> None:
-        self._store = server.store
-
-    def writes_by(self, subject: str) -> int:
-        return sum(
-            1
-            for operation, principal, _ in list(self._store.calls)
-            if operation == "write" and principal.subject == subject
-        )
 
 
 @dataclass(frozen=True)
@@ -94,14 +84,15 @@ class FuzzTarget:
 
 
 @pytest.fixture(scope="module")
-def fuzz_target(mcp_server: RunningServer) -> FuzzTarget:
-    """Today the fake-backed server with production settings. A real-database version
-    serves the project's app here, mints through its OAuth server and counts rows."""
+def fuzz_target(deployment: McpDeployment) -> FuzzTarget:
+    """Each deployment in turn (tests/mcpapi/conftest.py): the fake-backed gateway counts the
+    writes its MemoryClient saw; the single-process app and the edge count rows in the test
+    database (fragments, proposals, receipts, idempotency records) by the fuzzing principal."""
     return FuzzTarget(
-        url=mcp_server.url(),
-        mint=lambda subject: mcp_server.token(subject=subject),
-        ledger=FakeStoreLedger(mcp_server),
-        max_body_bytes=mcp_server.settings.max_body_bytes,
+        url=deployment.url(),
+        mint=lambda subject: deployment.token(subject=subject),
+        ledger=deployment,
+        max_body_bytes=deployment.max_body_bytes,
     )
 
 

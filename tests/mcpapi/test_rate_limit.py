@@ -9,15 +9,17 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import pytest
+from redis import asyncio as aioredis
 
 import mcpapi
 from mcpapi.auth import resource_url
 from mcpapi.caller import FULL_ENDPOINT
-from mcpapi.client import MEMORY_SCOPES, Principal
+from mcpapi.client import MEMORY_SCOPES, Principal, VerificationThrottled
 from mcpapi.ratelimit import RateLimiter
 
 from .fakes import mint_token
@@ -162,22 +164,61 @@ def _principal(subject: str) -> Principal:
 
 
 def test_the_production_bucket_holds_ten_and_refills_one_a_second() -> None:
-    async def run() -> list[tuple[bool, int]]:
-        limiter = RateLimiter(
-            redis_url=REDIS_URL, per_minute=60, burst=10, key_prefix=KEY_PREFIX
-        )
+    """60 a minute with bursts of 10. After the first ten, each case stages the bucket's
+    state against Redis's own clock (the script's `now`), so no case depends on how fast
+    this machine runs: an `at` in the future means no refill has accrued yet."""
+
+    async def run() -> dict[str, Any]:
+        limiter = RateLimiter(redis_url=REDIS_URL, per_minute=60, burst=10, key_prefix=KEY_PREFIX)
+        raw = aioredis.Redis.from_url(REDIS_URL)
         principal = _principal(f"unit-{time.time_ns()}")
+        key = limiter.key(principal)
+
+        async def stage(tokens: float, age_ms: int) -> None:
+            seconds, micros = await raw.time()
+            now_ms = seconds * 1000 + micros // 1000
+            await raw.hset(key, mapping={"tokens": repr(tokens), "at": str(now_ms - age_ms)})
+
+        async def take_after(tokens: float, age_ms: int) -> tuple[bool, int, float]:
+            await stage(tokens, age_ms)
+            decision = await limiter.take(principal)
+            left = float(await raw.hget(key, "tokens"))
+            return decision.allowed, decision.retry_after_seconds, left
+
         try:
-            return [
-                (decision.allowed, decision.retry_after_seconds)
-                for decision in [await limiter.take(principal) for _ in range(11)]
-            ]
+            fresh = [(await limiter.take(principal)).allowed for _ in range(10)]
+            return {
+                "fresh": fresh,
+                "full": await take_after(10, -5000),
+                "nearly_empty": await take_after(0.999, -5000),
+                "one_second": await take_after(0, 1000),
+                "idle_hour": await take_after(5, 3_600_000),
+            }
         finally:
+            await raw.aclose()
             await limiter.aclose()
 
-    decisions = anyio.run(run)
-    assert [allowed for allowed, _ in decisions] == [True] * 10 + [False]
-    assert decisions[-1][1] == 1
+    outcome = anyio.run(run)
+    assert outcome["fresh"] == [True] * 10  # a new principal starts with a full bucket
+    assert outcome["full"] == (True, 1, 9.0)  # ten held, one spent
+    assert outcome["nearly_empty"][:2] == (False, 1)  # under one token: refused, retry in 1 s
+    assert outcome["one_second"][0] is True  # a second refills exactly one
+    assert outcome["idle_hour"] == (True, 1, 9.0)  # refill stops at ten
+
+
+class _ThrottledVerifier:
+    async def verify(self, token: str, *, resource: str) -> Principal | None:
+        raise VerificationThrottled(7)
+
+
+def test_a_throttled_verification_is_a_429_with_its_retry_after() -> None:
+    """An edge's token exchange may refuse a token checked too often: the caller hears 429."""
+    with serving(verifier=_ThrottledVerifier()) as running:
+        response = call_tool(running.url(), running.token(), "whoami", {})
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "7"
+    assert response.json()["error"]["code"] == -32029
+    assert "Retry after 7 s" in response.json()["error"]["message"]
 
 
 def test_it_fails_closed_when_redis_is_unreachable() -> None:

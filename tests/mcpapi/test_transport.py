@@ -8,6 +8,7 @@ import httpx2
 import pytest
 
 from mcpapi.caller import READONLY_ENDPOINT
+from tests.support.deployments import McpDeployment
 
 from .live import RunningServer
 from .rpc_http import (
@@ -25,14 +26,14 @@ BODY_LIMIT = 256 * 1024
 @pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"])
 @pytest.mark.parametrize("endpoint", ["/mcp", "/mcp/readonly"])
 def test_only_post_is_allowed(
-    mcp_server: RunningServer, method: str, endpoint: str
+    deployment: McpDeployment, method: str, endpoint: str
 ) -> None:
     response = httpx2.request(
         method,
-        mcp_server.base_url + endpoint,
+        deployment.base_url + endpoint,
         headers={
             "Accept": "text/event-stream",
-            "Authorization": f"Bearer {mcp_server.token()}",
+            "Authorization": f"Bearer {deployment.token()}",
         },
         timeout=10,
     )
@@ -41,42 +42,42 @@ def test_only_post_is_allowed(
     assert not response.headers.get("content-type", "").startswith("text/event-stream")
 
 
-def test_an_absent_origin_passes(mcp_server: RunningServer) -> None:
-    token = mcp_server.token()
+def test_an_absent_origin_passes(deployment: McpDeployment) -> None:
+    token = deployment.token()
     assert (
-        tool_result(call_tool(mcp_server.url(), token, "whoami", {}))["isError"]
+        tool_result(call_tool(deployment.url(), token, "whoami", {}))["isError"]
         is False
     )
 
 
-def test_an_allowed_origin_passes(mcp_server: RunningServer) -> None:
-    headers = modern_headers("tools/list", token=mcp_server.token()) | {
-        "Origin": "https://app.example.com"
+def test_an_allowed_origin_passes(deployment: McpDeployment) -> None:
+    headers = modern_headers("tools/list", token=deployment.token()) | {
+        "Origin": deployment.allowed_origin
     }
     assert (
-        post(mcp_server.url(), modern_request("tools/list"), headers).status_code == 200
+        post(deployment.url(), modern_request("tools/list"), headers).status_code == 200
     )
 
 
 @pytest.mark.parametrize(
-    "origin", ["https://evil.example", "null", "https://app.example.com.evil.example"]
+    "origin", ["https://evil.example", "null", "{allowed}.evil.example", "{allowed}:1"]
 )
-def test_a_foreign_origin_is_refused(mcp_server: RunningServer, origin: str) -> None:
-    headers = modern_headers("tools/list", token=mcp_server.token()) | {
-        "Origin": origin
+def test_a_foreign_origin_is_refused(deployment: McpDeployment, origin: str) -> None:
+    headers = modern_headers("tools/list", token=deployment.token()) | {
+        "Origin": origin.format(allowed=deployment.allowed_origin)
     }
-    response = post(mcp_server.url(), modern_request("tools/list"), headers)
+    response = post(deployment.url(), modern_request("tools/list"), headers)
     assert response.status_code == 403
     assert response.json()["error"]["message"] == "Origin not allowed"
 
 
-def test_a_batch_is_refused(mcp_server: RunningServer) -> None:
+def test_a_batch_is_refused(deployment: McpDeployment) -> None:
     batch = [
         modern_request("tools/list", request_id=1),
         modern_request("tools/list", request_id=2),
     ]
     response = post(
-        mcp_server.url(), batch, modern_headers("tools/list", token=mcp_server.token())
+        deployment.url(), batch, modern_headers("tools/list", token=deployment.token())
     )
     assert response.status_code == 400
     error = response.json()["error"]
@@ -85,25 +86,25 @@ def test_a_batch_is_refused(mcp_server: RunningServer) -> None:
 
 
 def test_a_batch_is_refused_on_the_handshake_path_too(
-    mcp_server: RunningServer,
+    deployment: McpDeployment,
 ) -> None:
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2025-11-25",
-        "Authorization": f"Bearer {mcp_server.token()}",
+        "Authorization": f"Bearer {deployment.token()}",
     }
     batch = [{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]
-    response = post(mcp_server.url(), batch, headers)
+    response = post(deployment.url(), batch, headers)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == -32600
 
 
-def test_a_body_that_is_not_json_is_a_parse_error(mcp_server: RunningServer) -> None:
+def test_a_body_that_is_not_json_is_a_parse_error(deployment: McpDeployment) -> None:
     response = post(
-        mcp_server.url(),
+        deployment.url(),
         b"{not json",
-        modern_headers("tools/list", token=mcp_server.token()),
+        modern_headers("tools/list", token=deployment.token()),
     )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == -32700
@@ -135,17 +136,17 @@ def _initialize(version: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])
 def test_a_handshake_revision_is_accepted(
-    mcp_server: RunningServer, version: str
+    deployment: McpDeployment, version: str
 ) -> None:
-    token = mcp_server.token()
+    token = deployment.token()
     response = post(
-        mcp_server.url(), _initialize(version), _handshake_headers(token, None)
+        deployment.url(), _initialize(version), _handshake_headers(token, None)
     )
     assert response.status_code == 200
     assert response.json()["result"]["protocolVersion"] == version
     assert "mcp-session-id" not in response.headers
     listed = post(
-        mcp_server.url(),
+        deployment.url(),
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         _handshake_headers(token, version),
     )
@@ -155,12 +156,12 @@ def test_a_handshake_revision_is_accepted(
 
 @pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26"])
 def test_a_retired_revision_is_refused_at_initialize(
-    mcp_server: RunningServer, version: str
+    deployment: McpDeployment, version: str
 ) -> None:
     response = post(
-        mcp_server.url(),
+        deployment.url(),
         _initialize(version),
-        _handshake_headers(mcp_server.token(), None),
+        _handshake_headers(deployment.token(), None),
     )
     assert response.status_code == 400
     error = response.json()["error"]
@@ -174,11 +175,11 @@ def test_a_retired_revision_is_refused_at_initialize(
 
 @pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "1999-01-01"])
 def test_a_retired_revision_header_is_refused(
-    mcp_server: RunningServer, version: str
+    deployment: McpDeployment, version: str
 ) -> None:
     body = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
     response = post(
-        mcp_server.url(), body, _handshake_headers(mcp_server.token(), version)
+        deployment.url(), body, _handshake_headers(deployment.token(), version)
     )
     assert response.status_code == 400
     error = response.json()
@@ -188,23 +189,23 @@ def test_a_retired_revision_header_is_refused(
 
 
 def test_a_missing_revision_header_is_refused_after_initialize(
-    mcp_server: RunningServer,
+    deployment: McpDeployment,
 ) -> None:
     body = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
     response = post(
-        mcp_server.url(), body, _handshake_headers(mcp_server.token(), None)
+        deployment.url(), body, _handshake_headers(deployment.token(), None)
     )
     assert response.status_code == 400
     assert "Missing MCP-Protocol-Version header" in response.json()["error"]["message"]
 
 
 def test_the_served_revision_needs_no_handshake_and_issues_no_session(
-    mcp_server: RunningServer,
+    deployment: McpDeployment,
 ) -> None:
     response = post(
-        mcp_server.url(),
+        deployment.url(),
         modern_request("tools/list"),
-        modern_headers("tools/list", token=mcp_server.token()),
+        modern_headers("tools/list", token=deployment.token()),
     )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
@@ -215,23 +216,23 @@ def _whoami_body() -> dict[str, object]:
     return modern_request("tools/call", {"name": "whoami", "arguments": {}})
 
 
-def test_a_body_of_exactly_the_limit_is_served(mcp_server: RunningServer) -> None:
+def test_a_body_of_exactly_the_limit_is_served(deployment: McpDeployment) -> None:
     body = padded(_whoami_body(), BODY_LIMIT)
     response = post(
-        mcp_server.url(),
+        deployment.url(),
         body,
-        modern_headers("tools/call", "whoami", mcp_server.token()),
+        modern_headers("tools/call", "whoami", deployment.token()),
     )
     assert len(body) == BODY_LIMIT
     assert tool_result(response)["isError"] is False
 
 
-def test_a_body_one_byte_over_the_limit_is_refused(mcp_server: RunningServer) -> None:
+def test_a_body_one_byte_over_the_limit_is_refused(deployment: McpDeployment) -> None:
     body = padded(_whoami_body(), BODY_LIMIT + 1)
     response = post(
-        mcp_server.url(),
+        deployment.url(),
         body,
-        modern_headers("tools/call", "whoami", mcp_server.token()),
+        modern_headers("tools/call", "whoami", deployment.token()),
     )
     assert response.status_code == 413
 
@@ -241,15 +242,15 @@ def _chunks(body: bytes, size: int = 16 * 1024) -> Iterator[bytes]:
         yield body[start : start + size]
 
 
-def test_a_streamed_body_is_counted(mcp_server: RunningServer) -> None:
-    headers = modern_headers("tools/call", "whoami", mcp_server.token())
+def test_a_streamed_body_is_counted(deployment: McpDeployment) -> None:
+    headers = modern_headers("tools/call", "whoami", deployment.token())
     at_limit = httpx2.post(
-        mcp_server.url(),
+        deployment.url(),
         content=_chunks(padded(_whoami_body(), BODY_LIMIT)),
         headers=headers,
     )
     over = httpx2.post(
-        mcp_server.url(),
+        deployment.url(),
         content=_chunks(padded(_whoami_body(), BODY_LIMIT + 1)),
         headers=headers,
     )
@@ -259,10 +260,10 @@ def test_a_streamed_body_is_counted(mcp_server: RunningServer) -> None:
 
 
 def test_an_oversized_body_is_refused_before_authentication(
-    mcp_server: RunningServer,
+    deployment: McpDeployment,
 ) -> None:
     response = post(
-        mcp_server.url(),
+        deployment.url(),
         padded(_whoami_body(), BODY_LIMIT + 1),
         modern_headers("tools/call", "whoami"),
     )
@@ -276,22 +277,22 @@ def test_other_paths_go_to_the_fallback(mcp_server: RunningServer, path: str) ->
     assert response.json() == {"fallback": path}
 
 
-def test_the_readonly_endpoint_is_served_too(mcp_server: RunningServer) -> None:
-    token = mcp_server.token(endpoint=READONLY_ENDPOINT)
+def test_the_readonly_endpoint_is_served_too(deployment: McpDeployment) -> None:
+    token = deployment.token(endpoint=READONLY_ENDPOINT)
     assert (
-        tool_result(call_tool(mcp_server.url(READONLY_ENDPOINT), token, "whoami", {}))[
+        tool_result(call_tool(deployment.url(READONLY_ENDPOINT), token, "whoami", {}))[
             "isError"
         ]
         is False
     )
 
 
-def test_a_listen_request_gets_no_event_stream(mcp_server: RunningServer) -> None:
+def test_a_listen_request_gets_no_event_stream(deployment: McpDeployment) -> None:
     body = modern_request("subscriptions/listen", {"notifications": {}})
     response = post(
-        mcp_server.url(),
+        deployment.url(),
         body,
-        modern_headers("subscriptions/listen", token=mcp_server.token()),
+        modern_headers("subscriptions/listen", token=deployment.token()),
     )
     assert response.headers["content-type"].startswith("application/json")
     assert "error" in response.json()

@@ -1,0 +1,180 @@
+"""The real deployments the MCP suites run against, beside mcpapi's fake-backed gateway.
+
+    app    the single-process product: memoryhub.asgi in a uvicorn process of its own,
+           with its own public origin, on the pytest-django test database
+    edge   an edge process (no database, no secret) in front of a memory-service process,
+           on the same database (tests/edge/live.py)
+
+(The third, "fake", is tests/mcpapi/live.py: mcpapi's gateway over an in-memory
+MemoryClient, for what only a fake can stage: a slow or failing memory service and
+recorded calls.)
+
+`RealDeployment.token()` issues an access token of the authorisation server's own model
+(django-oauth-toolkit's AccessToken, stored hashed) to a fresh person or agent, for
+exactly the resource asked for; the deployment's own verifier (at the edge: the token
+exchange) decides what it opens. A fresh principal per token keeps rate-limit buckets
+apart. The OAuth flows that issue such tokens are tested end to end in tests/oauth,
+tests/edge and tests/mcpapi/test_real_domain.py.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from mcpapi.auth import resource_url
+from mcpapi.caller import FULL_ENDPOINT, Endpoint
+from mcpapi.client import MEMORY_SCOPES
+from tests.conftest import free_port
+from tests.support.processes import forget_redis_keys, service_environment, spawn_uvicorn, wait_healthy
+
+SUITE_WORKSPACE = "mcp-suite"
+SUITE_CLIENT = "MCP suite client"
+# Production allows 60 a minute with bursts of 10. The suites give every token a fresh
+# principal and use it a few times; one token a minute makes the burst boundary exact
+# however slowly a test runs.
+SUITE_RATE_ENV = {"MEMORYHUB_RATE_PER_MINUTE": "1", "MEMORYHUB_RATE_BURST": "10"}
+# The gateway's request body limit (contract 001), which both deployments keep.
+MAX_BODY_BYTES = 256 * 1024
+
+
+@dataclass
+class RealDeployment:
+    """A deployment the tests reach over HTTP, and the test database behind it."""
+
+    name: str
+    base_url: str
+    db_blocker: Any  # pytest-django's django_db_blocker
+    max_body_bytes: int = MAX_BODY_BYTES
+    _identities: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    @property
+    def allowed_origin(self) -> str:
+        """A browser origin the deployment accepts: its own (MEMORYHUB_ALLOWED_ORIGINS' default)."""
+        return self.base_url
+
+    def url(self, endpoint: Endpoint = FULL_ENDPOINT) -> str:
+        return self.base_url + endpoint
+
+    def token(
+        self,
+        *,
+        endpoint: Endpoint = FULL_ENDPOINT,
+        kind: str = "user",
+        scopes: tuple[str, ...] = MEMORY_SCOPES,
+        subject: str | None = None,
+        tenant: str | None = None,
+        expires_in: float = 900,
+        resource: str | None = None,
+    ) -> str:
+        """A token for a fresh person (or agent) named `subject`, in workspace `tenant`."""
+        from django.utils import timezone
+        from oauth2_provider.models import AccessToken, Application, set_token_value
+
+        from memoryhub.services.workspaces import agent_register, person_add, workspace_create
+
+        name = subject or f"{kind}-{uuid.uuid4().hex[:12]}"
+        with self.db_blocker.unblock():
+            workspace = workspace_create(slug=tenant or SUITE_WORKSPACE)
+            if kind == "agent":
+                agent = agent_register(
+                    tenant=workspace, name=name, scopes=["memory.read", "memory.write"], roles=["engineering"]
+                ).agent
+                application, user, principal = agent.application, None, f"agent:{agent.name}"
+            else:
+                user = person_add(tenant=workspace, username=name, password=None, roles=["engineering"])
+                application, _ = Application.objects.get_or_create(
+                    name=SUITE_CLIENT,
+                    defaults={
+                        "client_type": Application.CLIENT_PUBLIC,
+                        "authorization_grant_type": Application.GRANT_AUTHORIZATION_CODE,
+                        "redirect_uris": "http://127.0.0.1:8765/callback",
+                        "client_secret": "",
+                        "hash_client_secret": False,
+                    },
+                )
+                principal = f"user:{user.username}"
+            raw = secrets.token_urlsafe(32)
+            access = AccessToken(
+                application=application, user=user, scope=" ".join(scopes),
+                resource=[resource or resource_url(self.base_url, endpoint)],
+                expires=timezone.now() + timedelta(seconds=expires_in),
+            )
+            set_token_value(access, raw)
+            access.save()
+        self._identities[raw] = (principal, str(workspace.id), kind)
+        return raw
+
+    def identity(self, token: str) -> tuple[str, str, str]:
+        """(subject, tenant, principal_kind) as whoami must report them for `token`."""
+        return self._identities[token]
+
+    def writes_by(self, subject: str) -> int:
+        """Rows in memory that the principal named `subject` caused: fragments it owns,
+        proposals, serving receipts and idempotency records."""
+        from django.db.models import Q
+
+        from memoryhub.models import Fragment, IdempotencyRecord, Proposal, Receipt
+
+        principals = [f"user:{subject}", f"agent:{subject}"]
+        with self.db_blocker.unblock():
+            return (
+                Fragment.objects.filter(Q(owner_user__username=subject) | Q(owner_agent__name=subject)).count()
+                + Proposal.objects.filter(agent__name=subject).count()
+                + Receipt.objects.filter(subject__in=principals).count()
+                + IdempotencyRecord.objects.filter(principal__endswith=f":{subject}").count()
+            )
+
+
+@contextmanager
+def single_process(
+    settings_dict: dict[str, Any], db_blocker: Any, *, gateway_env: dict[str, str] | None = None
+) -> Iterator[RealDeployment]:
+    """The product as the first README command runs it: one ASGI process serving MCP,
+    OAuth and pages, its public origin its own URL."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    run = uuid.uuid4().hex[:10]
+    key_prefix = task_queue = f"app-test-{run}"
+    env = service_environment(
+        settings_dict, base_url=base_url, key_prefix=key_prefix, task_queue=task_queue, extra=gateway_env
+    )
+    process = spawn_uvicorn(
+        "single-process", "memoryhub.asgi:application", port, env, Path(tempfile.mkdtemp(prefix="app-test-"))
+    )
+    try:
+        wait_healthy(process, base_url)
+        yield RealDeployment(name="app", base_url=base_url, db_blocker=db_blocker)
+    finally:
+        process.stop()
+        forget_redis_keys(key_prefix, task_queue)
+
+
+class McpDeployment(Protocol):
+    """What the MCP suites need of a deployment: RealDeployment here, or the fake-backed
+    RunningServer of tests/mcpapi/live.py."""
+
+    name: str
+    base_url: str
+
+    @property
+    def max_body_bytes(self) -> int: ...
+
+    @property
+    def allowed_origin(self) -> str: ...
+
+    def url(self, endpoint: Endpoint = FULL_ENDPOINT) -> str: ...
+
+    def token(self, *, endpoint: Endpoint = FULL_ENDPOINT, kind: str = "user",
+              scopes: tuple[str, ...] = MEMORY_SCOPES, **claims: Any) -> str: ...
+
+    def identity(self, token: str) -> tuple[str, str, str]: ...
+
+    def writes_by(self, subject: str) -> int: ...
