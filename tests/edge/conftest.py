@@ -20,8 +20,16 @@ import pytest
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, set_token_value
 
-from memoryhub.models import User
-from memoryhub.services.workspaces import AgentCredentials, agent_register, person_add, workspace_create
+from memoryhub.models import Source, Tenant, User
+from memoryhub.services.ingest import document_upsert, document_validated
+from memoryhub.services.workspaces import (
+    AgentCredentials,
+    access_rule_grant,
+    agent_register,
+    person_add,
+    source_connect,
+    workspace_create,
+)
 from tests.oauth.conftest import (
     PASSWORD,
     REDIRECT_URI,
@@ -32,6 +40,8 @@ from tests.oauth.conftest import (
 )
 
 from .live import EdgeStack, edge_stack
+
+HANDBOOK_URI = "https://wiki.example.com/runbooks/frankfurt-staging"
 
 
 @dataclass
@@ -69,6 +79,11 @@ def origin(stack: EdgeStack, settings) -> EdgeStack:
 @pytest.fixture
 def personas(transactional_db, settings) -> Personas:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    return create_personas()
+
+
+def create_personas() -> Personas:
+    """The workspaces, people, client and agent this module's docstring describes."""
     acme = workspace_create(slug="acme", name="Acme Inc.")
     globex = workspace_create(slug="globex", name="Globex")
     ada = person_add(tenant=acme, username="ada", password=PASSWORD, roles=["engineering"], is_admin=True)
@@ -88,6 +103,18 @@ def personas(transactional_db, settings) -> Personas:
         created_by=ada,
     )
     return Personas(ada=ada, bruno=bruno, olga=olga, notes_app=notes_app, triage_bot=triage_bot)
+
+
+def handbook_document(tenant: Tenant) -> Source:
+    """A connected source whose document ("runbook-7", with a title and a URI) is in the
+    `handbook` collection, which the engineering role may read."""
+    source, _ = source_connect(tenant=tenant, name="handbook-sync", collection="handbook")
+    access_rule_grant(tenant=tenant, role="engineering", collection="handbook")
+    document_upsert(source=source, document=document_validated(
+        resource_id="runbook-7", title="Frankfurt staging runbook", uri=HANDBOOK_URI,
+        text="The staging cluster in Frankfurt is rebuilt every Sunday at 02:00 UTC; deploys freeze an hour before.",
+    ))
+    return source
 
 
 def person_token(personas: Personas, user: User, *, resource: str,

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import Personas, agent_token, person_token
+from .conftest import HANDBOOK_URI, Personas, agent_token, handbook_document, person_token
 from .live import EdgeStack
 
 pytestmark = [pytest.mark.slow]
@@ -67,6 +67,7 @@ def test_the_edge_process_has_no_database_no_secret_and_no_django_settings(origi
 
 
 def test_a_person_uses_the_tools_through_the_edge(origin: EdgeStack, personas: Personas, revision: str) -> None:
+    handbook_document(personas.bruno.tenant)
     token = person_token(personas, personas.bruno, resource=origin.mcp())
 
     async def session() -> tuple:
@@ -90,6 +91,11 @@ def test_a_person_uses_the_tools_through_the_edge(origin: EdgeStack, personas: P
     stored_ids = [result["fragment_id"] for result in written["results"] if result.get("fragment_id")]
     assert stored_ids, written
     assert stored_ids[0] in [fragment["id"] for fragment in found["fragments"]], found
+    # A fragment's documents cross the edge with their provenance, as the output schema lists them.
+    runbook = [fragment for fragment in found["fragments"] if "deploys freeze" in fragment["value"]]
+    assert [fragment["resources"] for fragment in runbook] == [
+        [{"id": "runbook-7", "title": "Frankfurt staging runbook", "uri": HANDBOOK_URI}]
+    ], found
     assert receipt["served_then"] == [fragment["id"] for fragment in found["fragments"]]
     assert receipt["reader"] in ("bruno", "user:bruno")
 

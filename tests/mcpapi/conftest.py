@@ -15,14 +15,11 @@ import pytest
 import redis
 
 from tests.edge.live import edge_stack
-from tests.support.deployments import SUITE_RATE_ENV, RealDeployment, single_process
+from tests.support.deployments import REAL_DEPLOYMENTS, SUITE_RATE_ENV, RealDeployment, single_process
 
 from .live import KEY_PREFIX, REDIS_URL, RunningServer, serving
 
-# A real deployment's tests are transactional: the servers in other processes see what a
-# test writes (its principals and tokens), and the tables are emptied after each test.
-_REAL = pytest.mark.django_db(transaction=True)
-DEPLOYMENTS = ("fake", pytest.param("app", marks=_REAL), pytest.param("edge", marks=_REAL))
+DEPLOYMENTS = ("fake", *REAL_DEPLOYMENTS)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from mcpapi.auth import resource_url
 from mcpapi.caller import FULL_ENDPOINT
 from mcpapi.client import MEMORY_SCOPES, Principal, VerificationThrottled
 from mcpapi.ratelimit import RateLimiter
+from tests.support.deployments import REAL_DEPLOYMENTS, RealDeployment
 
 from .fakes import mint_token
 from .live import KEY_PREFIX, REDIS_URL, RunningServer, serving
@@ -86,6 +88,33 @@ def test_a_refused_request_reaches_no_tool(slow_refill_server: RunningServer) ->
     assert not [
         c for c in slow_refill_server.store.calls if c[1].subject == "over-limit-writer"
     ]
+
+
+@pytest.fixture(params=REAL_DEPLOYMENTS)
+def real_deployment(request: pytest.FixtureRequest) -> RealDeployment:
+    """The single-process app and the edge, each run at one request a minute with bursts of 10."""
+    deployment: RealDeployment = request.getfixturevalue(f"{request.param}_deployment")
+    return deployment
+
+
+def test_a_real_deployment_serves_the_burst_and_refuses_the_next(real_deployment: RealDeployment) -> None:
+    token = real_deployment.token(subject=f"burst-{uuid.uuid4().hex[:8]}")
+    statuses = [call_tool(real_deployment.url(), token, "whoami", {}).status_code for _ in range(BURST)]
+    refused = call_tool(real_deployment.url(), token, "whoami", {})
+    assert statuses == [200] * BURST
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.json()["error"]["code"] == -32029
+
+
+def test_a_real_deployment_writes_nothing_past_the_limit(real_deployment: RealDeployment) -> None:
+    subject = f"over-{uuid.uuid4().hex[:8]}"
+    token = real_deployment.token(subject=subject)
+    for _ in range(BURST):
+        call_tool(real_deployment.url(), token, "whoami", {})
+    refused = call_tool(real_deployment.url(), token, "memory_write", {"content": "Written past the rate limit."})
+    assert refused.status_code == 429
+    assert real_deployment.writes_by(subject) == 0
 
 
 def _free_port() -> int:

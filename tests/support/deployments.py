@@ -29,6 +29,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+import pytest
+
 from mcpapi.auth import resource_url
 from mcpapi.caller import FULL_ENDPOINT, Endpoint
 from mcpapi.client import MEMORY_SCOPES
@@ -41,6 +43,11 @@ SUITE_CLIENT = "MCP suite client"
 # principal and use it a few times; one token a minute makes the burst boundary exact
 # however slowly a test runs.
 SUITE_RATE_ENV = {"MEMORYHUB_RATE_PER_MINUTE": "1", "MEMORYHUB_RATE_BURST": "10"}
+# Parameters for fixtures that pick a real deployment by name ("<name>_deployment" in
+# tests/mcpapi/conftest.py). Their tests are transactional: the servers in other processes
+# see what a test writes (its principals and tokens), and the tables are emptied after it.
+_TRANSACTIONAL = pytest.mark.django_db(transaction=True)
+REAL_DEPLOYMENTS = (pytest.param("app", marks=_TRANSACTIONAL), pytest.param("edge", marks=_TRANSACTIONAL))
 # The gateway's request body limit (contract 001), which both deployments keep.
 MAX_BODY_BYTES = 256 * 1024
 

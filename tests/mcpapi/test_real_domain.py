@@ -1,0 +1,143 @@
+"""The official `mcp` client against the single-process product (memoryhub.asgi under a real
+uvicorn, the real database, tokens from its own authorisation server), at every revision
+the server accepts. (tests/edge/test_edge_flow.py does the same through an edge process.)
+
+What only the real domain can show: a fragment's documents come back with their provenance
+and pass the client's check against the listed output schema, a search leaves a receipt that
+replays, an agent's write waits for review, and whoami's probe reads under the caller's own
+rights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import mcp.client.session
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from memoryhub.models import Proposal
+from tests.conftest import LiveServer
+from tests.edge.conftest import HANDBOOK_URI, Personas, agent_token, create_personas, handbook_document, person_token
+
+pytestmark = [pytest.mark.slow]
+
+REVISIONS = ["2026-07-28", "2025-11-25", "2025-06-18"]
+QUESTION = "When is the Frankfurt staging cluster rebuilt?"
+RUNBOOK = {"id": "runbook-7", "title": "Frankfurt staging runbook", "uri": HANDBOOK_URI}
+
+
+@pytest.fixture(params=REVISIONS)
+def revision(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "2025-06-18":
+        # The client offers its newest handshake revision; make it offer the older one.
+        monkeypatch.setattr(mcp.client.session, "LATEST_HANDSHAKE_VERSION", "2025-06-18")
+    return str(request.param)
+
+
+@pytest.fixture
+def personas(asgi_server: LiveServer, settings: Any) -> Personas:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    return create_personas()
+
+
+@asynccontextmanager
+async def connect(url: str, token: str, revision: str) -> AsyncIterator[Client]:
+    mode = revision if revision == "2026-07-28" else "legacy"
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60, trust_env=False) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as client,
+    ):
+        assert client.protocol_version == revision
+        yield client
+
+
+async def call(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def test_a_person_reads_fragments_with_their_documents(
+    asgi_server: LiveServer, personas: Personas, revision: str
+) -> None:
+    handbook_document(personas.bruno.tenant)
+    mcp_url = asgi_server.url + "/mcp"
+    token = person_token(personas, personas.bruno, resource=mcp_url)
+    noted = f"Frankfurt staging rebuilds page the on-call engineer first ({revision})."
+
+    async def session() -> tuple[dict[str, Any], ...]:
+        async with connect(mcp_url, token, revision) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert listed["memory_search"].output_schema is not None
+            me = await call(client, "whoami", {})
+            written = await call(client, "memory_write", {"content": noted, "resource": "https://pager.example.com/p/42"})
+            found = await call(client, "memory_search", {"query": QUESTION, "limit": 5})
+            receipt = await call(client, "memory_receipt", {"receipt_id": found["receipt_id"]})
+        return me, written, found, receipt
+
+    me, written, found, receipt = asyncio.run(session())
+
+    assert (me["subject"], me["principal_kind"], me["read_pool_ready"]) == ("user:bruno", "user", "ready")
+    by_value = {fragment["value"]: fragment for fragment in found["fragments"]}
+    runbook = next(fragment for value, fragment in by_value.items() if "deploys freeze" in value)
+    assert runbook["resources"] == [RUNBOOK]
+    assert runbook["grounding_status"] == "grounded"
+    assert runbook["agents"] == ["handbook-sync"]
+    assert [result["operation"] for result in written["results"]] == ["stored"], written
+    mine = by_value[noted]
+    assert mine["resources"] == [{"id": "https://pager.example.com/p/42", "title": "", "uri": "https://pager.example.com/p/42"}]
+    # The receipt replays exactly what was served, in order.
+    assert receipt["served_then"] == [fragment["id"] for fragment in found["fragments"]]
+    assert receipt["receipt_id"] == found["receipt_id"]
+
+
+def test_what_a_role_may_not_read_is_not_served(asgi_server: LiveServer, personas: Personas, revision: str) -> None:
+    """olga is in another workspace; a member of acme without the engineering role sees
+    neither the handbook nor bruno's private fragments."""
+    from memoryhub.services.workspaces import person_add
+
+    handbook_document(personas.bruno.tenant)
+    outsider = person_add(tenant=personas.bruno.tenant, username="carla", password="a long enough passphrase",
+                          roles=["sales"])
+    mcp_url = asgi_server.url + "/mcp"
+    tokens = {user.username: person_token(personas, user, resource=mcp_url) for user in (outsider, personas.olga)}
+
+    async def searches() -> dict[str, dict[str, Any]]:
+        served = {}
+        for name, token in tokens.items():
+            async with connect(mcp_url, token, revision) as client:
+                served[name] = await call(client, "memory_search", {"query": QUESTION})
+        return served
+
+    for name, found in asyncio.run(searches()).items():
+        assert found["fragments"] == [], (name, found)
+        assert found["receipt_id"], name
+
+
+def test_an_agents_write_waits_for_review(asgi_server: LiveServer, personas: Personas, revision: str) -> None:
+    mcp_url = asgi_server.url + "/mcp"
+    token = agent_token(personas, resource=mcp_url)
+    content = f"Deploy freezes start an hour before the Frankfurt rebuild ({revision})."
+
+    async def session() -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+        async with connect(mcp_url, token, revision) as client:
+            listed = sorted(tool.name for tool in (await client.list_tools()).tools)
+            written = await call(client, "memory_write", {"content": content, "session_id": "triage-42"})
+            found = await call(client, "memory_search", {"query": "Frankfurt deploy freeze"})
+        return listed, written, found
+
+    listed, written, found = asyncio.run(session())
+
+    assert listed == ["memory_search", "memory_write", "whoami"]
+    assert written["review_state"] == "pending", written
+    proposal = Proposal.objects.get(content=content)
+    assert (proposal.agent.name, proposal.session_id, proposal.state) == ("triage-bot", "triage-42", "pending")
+    # Not memory until a person approves it.
+    assert content not in [fragment["value"] for fragment in found["fragments"]]
