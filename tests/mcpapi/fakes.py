@@ -166,7 +166,7 @@ class FakeMemoryClient:
         content = arguments["content"]
         if "password=" in content:
             return {
-                "outcome": "dropped: the content carries a secret",
+                "outcome": "Dropped 1 (privacy_drop).",
                 "results": [
                     {
                         "operation": "dropped",
@@ -182,16 +182,16 @@ class FakeMemoryClient:
         fragment_id = f"frag-{uuid.uuid4().hex[:12]}"
         if principal.kind == "agent":
             return {
-                "outcome": "parked as a proposal for review",
+                "outcome": "Parked for review: a person approves it before it becomes memory.",
                 "results": [{"operation": "proposed", "fragment_id": None}],
-                "review_state": "pending_review",
+                "review_state": "pending",
                 "dropped": 0,
             }
         self.store.fragments.append(
             self._fragment(fragment_id, content, _owner(principal))
         )
         return {
-            "outcome": "stored",
+            "outcome": "Stored 1 new fact.",
             "results": [{"operation": "stored", "fragment_id": fragment_id}],
             "dropped": 0,
         }
@@ -201,7 +201,8 @@ class FakeMemoryClient:
         receipt = self.store.receipts.get(receipt_id)
         if receipt is None or receipt["owner"] != _owner(principal):
             raise MemoryServiceError(
-                "receipt_not_found", "No receipt of yours has that id."
+                "not_found",
+                "No receipt with this id is yours to replay; you can reopen only receipts of your own reads.",
             )
         return {
             "receipt_id": receipt_id,

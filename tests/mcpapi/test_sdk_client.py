@@ -1,4 +1,4 @@
-"""The official `mcp` client against the running gateway, at every accepted revision."""
+"""The official `mcp` client against each deployment (tests/mcpapi/conftest.py), at every accepted revision."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcpapi.caller import FULL_ENDPOINT, READONLY_ENDPOINT
+from tests.support.deployments import McpDeployment
 
 from .live import RunningServer
 
@@ -57,14 +58,14 @@ CONNECTIONS = [
 
 @pytest.mark.parametrize(("kind", "endpoint", "expected"), CONNECTIONS)
 async def test_it_lists_tools_per_connection(
-    mcp_server: RunningServer,
+    deployment: McpDeployment,
     revision: str,
     kind: str,
     endpoint: str,
     expected: list[str],
 ) -> None:
-    token = mcp_server.token(kind=kind, endpoint=endpoint)  # type: ignore[arg-type]
-    async with connect(mcp_server.url(endpoint), token, revision) as client:  # type: ignore[arg-type]
+    token = deployment.token(kind=kind, endpoint=endpoint)  # type: ignore[arg-type]
+    async with connect(deployment.url(endpoint), token, revision) as client:  # type: ignore[arg-type]
         listed = await client.list_tools()
         whoami = await client.call_tool("whoami", {})
     assert sorted(tool.name for tool in listed.tools) == expected
@@ -73,18 +74,18 @@ async def test_it_lists_tools_per_connection(
 
 
 async def test_it_lists_a_tool_the_token_lacks_the_scope_for(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
-    token = mcp_server.token(scopes=("memory.read",))
-    async with connect(mcp_server.url(), token, revision) as client:
+    token = deployment.token(scopes=("memory.read",))
+    async with connect(deployment.url(), token, revision) as client:
         listed = await client.list_tools()
     assert sorted(tool.name for tool in listed.tools) == ALL_TOOLS
 
 
 async def test_listed_schemas_carry_the_limits(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
-    async with connect(mcp_server.url(), mcp_server.token(), revision) as client:
+    async with connect(deployment.url(), deployment.token(), revision) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     search = tools["memory_search"].input_schema["properties"]
     assert search["query"]["maxLength"] == 2000 and search["query"]["minLength"] == 1
@@ -117,11 +118,11 @@ async def test_listed_schemas_carry_the_limits(
     }
 
 
-async def test_it_calls_each_tool(mcp_server: RunningServer, revision: str) -> None:
-    token = mcp_server.token(
+async def test_it_calls_each_tool(deployment: McpDeployment, revision: str) -> None:
+    token = deployment.token(
         scopes=("memory.read", "memory.write", "memory.audit", "openid")
     )
-    async with connect(mcp_server.url(), token, revision) as client:
+    async with connect(deployment.url(), token, revision) as client:
         written = await client.call_tool(
             "memory_write", {"content": "The release train leaves on Tuesdays"}
         )
@@ -133,7 +134,7 @@ async def test_it_calls_each_tool(mcp_server: RunningServer, revision: str) -> N
         whoami = await client.call_tool("whoami", {})
 
     assert not written.is_error and written.structured_content is not None
-    assert written.structured_content["outcome"] == "stored"
+    assert written.structured_content["outcome"] == "Stored 1 new fact."
     assert not found.is_error
     fragment_id = written.structured_content["results"][0]["fragment_id"]
     assert [f["id"] for f in found.structured_content["fragments"]] == [fragment_id]
@@ -148,13 +149,13 @@ async def test_it_calls_each_tool(mcp_server: RunningServer, revision: str) -> N
         "memory.write",
     ]
     assert whoami.structured_content["read_pool_ready"] == "ready"
-    assert whoami.structured_content["tenant"] == "tenant-a"
+    assert whoami.structured_content["tenant"] == deployment.identity(token)[1]
 
 
 async def test_a_dropped_write_is_an_ordinary_result(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
-    async with connect(mcp_server.url(), mcp_server.token(), revision) as client:
+    async with connect(deployment.url(), deployment.token(), revision) as client:
         result = await client.call_tool(
             "memory_write", {"content": "db password=hunter2"}
         )
@@ -165,59 +166,62 @@ async def test_a_dropped_write_is_an_ordinary_result(
 
 
 async def test_an_agent_write_is_parked_for_review(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
     async with connect(
-        mcp_server.url(), mcp_server.token(kind="agent"), revision
+        deployment.url(), deployment.token(kind="agent"), revision
     ) as client:
         result = await client.call_tool(
             "memory_write", {"content": "Build 42 is green"}
         )
     assert result.structured_content is not None
-    assert result.structured_content["review_state"] == "pending_review"
+    assert result.structured_content["review_state"] == "pending"
 
 
 async def test_write_is_an_unknown_tool_on_the_readonly_endpoint(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
-    token = mcp_server.token(endpoint=READONLY_ENDPOINT)
-    async with connect(mcp_server.url(READONLY_ENDPOINT), token, revision) as client:
+    token = deployment.token(endpoint=READONLY_ENDPOINT)
+    async with connect(deployment.url(READONLY_ENDPOINT), token, revision) as client:
         with pytest.raises(MCPError, match="Unknown tool: memory_write"):
             await client.call_tool("memory_write", {"content": "x"})
 
 
 async def test_receipt_is_an_unknown_tool_for_agents(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
     async with connect(
-        mcp_server.url(), mcp_server.token(kind="agent"), revision
+        deployment.url(), deployment.token(kind="agent"), revision
     ) as client:
         with pytest.raises(MCPError, match="Unknown tool: memory_receipt"):
             await client.call_tool("memory_receipt", {"receipt_id": "rcpt-1"})
 
 
 async def test_a_call_without_the_scope_gets_a_scope_challenge(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
     async with connect(
-        mcp_server.url(), mcp_server.token(scopes=("memory.read",)), revision
+        deployment.url(), deployment.token(scopes=("memory.read",)), revision
     ) as client:
         with pytest.raises(MCPError, match="insufficient_scope"):
             await client.call_tool("memory_write", {"content": "x"})
 
 
 async def test_it_validates_receipt_ownership(
-    mcp_server: RunningServer, revision: str
+    deployment: McpDeployment, revision: str
 ) -> None:
-    async with connect(mcp_server.url(), mcp_server.token(), revision) as owner:
+    async with connect(deployment.url(), deployment.token(), revision) as owner:
         search = await owner.call_tool("memory_search", {"query": "anything"})
     assert search.structured_content is not None
-    async with connect(mcp_server.url(), mcp_server.token(), revision) as outsider:
+    async with connect(deployment.url(), deployment.token(), revision) as outsider:
         result = await outsider.call_tool(
             "memory_receipt", {"receipt_id": search.structured_content["receipt_id"]}
         )
     assert result.is_error
-    assert "receipt_not_found" in result.content[0].text  # type: ignore[union-attr]
+    # Another person's receipt answers like an id that does not exist.
+    assert result.content[0].text == (  # type: ignore[union-attr]
+        "No receipt with this id is yours to replay; you can reopen only receipts of your own reads. (not_found)"
+    )
 
 
 async def test_a_failing_client_never_leaks_internals(

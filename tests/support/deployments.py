@@ -19,15 +19,17 @@ tests/edge and tests/mcpapi/test_real_domain.py.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -37,6 +39,7 @@ from mcpapi.client import MEMORY_SCOPES
 from tests.conftest import free_port
 from tests.support.processes import forget_redis_keys, service_environment, spawn_uvicorn, wait_healthy
 
+T = TypeVar("T")
 SUITE_WORKSPACE = "mcp-suite"
 SUITE_CLIENT = "MCP suite client"
 # Production allows 60 a minute with bursts of 10. The suites give every token a fresh
@@ -82,12 +85,16 @@ class RealDeployment:
         resource: str | None = None,
     ) -> str:
         """A token for a fresh person (or agent) named `subject`, in workspace `tenant`."""
+        name = subject or f"{kind}-{uuid.uuid4().hex[:12]}"
+        return _off_the_event_loop(lambda: self._issue(endpoint, kind, scopes, name, tenant, expires_in, resource))
+
+    def _issue(self, endpoint: Endpoint, kind: str, scopes: tuple[str, ...], name: str, tenant: str | None,
+               expires_in: float, resource: str | None) -> str:
         from django.utils import timezone
         from oauth2_provider.models import AccessToken, Application, set_token_value
 
         from memoryhub.services.workspaces import agent_register, person_add, workspace_create
 
-        name = subject or f"{kind}-{uuid.uuid4().hex[:12]}"
         with self.db_blocker.unblock():
             workspace = workspace_create(slug=tenant or SUITE_WORKSPACE)
             if kind == "agent":
@@ -131,13 +138,37 @@ class RealDeployment:
         from memoryhub.models import Fragment, IdempotencyRecord, Proposal, Receipt
 
         principals = [f"user:{subject}", f"agent:{subject}"]
-        with self.db_blocker.unblock():
-            return (
-                Fragment.objects.filter(Q(owner_user__username=subject) | Q(owner_agent__name=subject)).count()
-                + Proposal.objects.filter(agent__name=subject).count()
-                + Receipt.objects.filter(subject__in=principals).count()
-                + IdempotencyRecord.objects.filter(principal__endswith=f":{subject}").count()
-            )
+
+        def count() -> int:
+            with self.db_blocker.unblock():
+                return (
+                    Fragment.objects.filter(Q(owner_user__username=subject) | Q(owner_agent__name=subject)).count()
+                    + Proposal.objects.filter(agent__name=subject).count()
+                    + Receipt.objects.filter(subject__in=principals).count()
+                    + IdempotencyRecord.objects.filter(principal__endswith=f":{subject}").count()
+                )
+
+        return _off_the_event_loop(count)
+
+
+def _off_the_event_loop(work: Callable[[], T]) -> T:
+    """`work()`, in a thread of its own when an event loop runs here (async tests): Django's
+    ORM refuses to run in one. That thread's database connection is closed after."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return work()
+
+    def in_thread() -> T:
+        from django.db import connections
+
+        try:
+            return work()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(in_thread).result()
 
 
 @contextmanager
