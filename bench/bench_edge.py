@@ -15,8 +15,8 @@ and reports p50/p95 per call, the difference, and the exchange request alone.
 Raw JSON-RPC at revision 2026-07-28 over a keep-alive connection, so client-side
 cost is the same on both paths. Rate limits are lifted for the run.
 
-Results go to bench/results/edge_conn<N>.json and (unless --no-append) a section is
-appended to docs/benchmarks.md.
+Results go to bench/results/edge_conn<N>.json and (unless --no-append) its section in
+docs/benchmarks.md is replaced or added.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ from urllib.parse import quote, urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, bench_database, summary, write_results  # noqa: E402
+from common import ROOT, bench_database, replace_section, summary, write_results  # noqa: E402
 
 MODERN = "2026-07-28"
+SECTION = "## Edge topology: the cost of the exchange hop"
 FACTS = [
     "The staging cluster in Frankfurt is rebuilt every Sunday at 02:00 UTC.",
     "Production database backups run nightly and are kept for 35 days.",
@@ -262,10 +263,7 @@ def main() -> None:
     print(f"(raw numbers: {path.relative_to(ROOT)})")
     if not args.no_append:
         docs = ROOT / "docs" / "benchmarks.md"
-        if not docs.exists():
-            docs.write_text("# Benchmarks\n")
-        with open(docs, "a") as out:
-            out.write("\n" + section)
+        docs.write_text(replace_section(docs.read_text(), SECTION, section))
 
 
 def _forget(prefix: str) -> None:
@@ -291,13 +289,13 @@ def markdown(results: dict) -> str:
         )
     exchange = results["token_exchange_alone"]
     return (
-        f"## Edge topology: the cost of the exchange hop ({results['date']})\n\n"
+        f"{SECTION} ({results['date']})\n\n"
         f"One MCP `tools/call` (revision {MODERN}, keep-alive, same token), single process "
         f"(`memoryhub.asgi` answering `/mcp` itself) against edge (`mcpapi.edge_app` → token exchange → "
         f"internal API on the same `memoryhub.asgi` process), calls interleaved, n = {results['n']} per "
         f"cell, on {results['machine']}; everything on 127.0.0.1, embedded PostgreSQL 16, "
         f"`DATABASE_CONN_MAX_AGE={results['conn_max_age']}` on the memory service; 1-minute load average "
-        f"{results['load_average_before']} when it started (other work shared the machine).\n\n"
+        f"{results['load_average_before']} when it started.\n\n"
         "| call | single process p50 / p95 ms | edge p50 / p95 ms | added by the edge p50 / p95 ms |\n"
         "|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
         f"The token exchange request alone (HTTP + Django + verify the caller's token, store the credential): "
@@ -307,7 +305,7 @@ def markdown(results: dict) -> str:
         "Rerun: `python bench/bench_edge.py [--n 200] [--conn-max-age 0] [--no-append]` "
         "(uses the benchmark database "
         "`memoryhub_bench` on the embedded PostgreSQL unless DATABASE_URL is set; writes "
-        "`bench/results/edge_conn<N>.json` and appends this section).\n"
+        "`bench/results/edge_conn<N>.json` and replaces this section).\n"
     )
 
 

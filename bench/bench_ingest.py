@@ -37,6 +37,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -275,7 +276,7 @@ def main() -> None:
         queue = f"bench-ingest-{uuid.uuid4().hex[:8]}"
         app.conf.task_default_queue = queue
         server = Server()
-        workers = start_workers(args.workers, queue, ROOT / "bench" / "results")
+        workers = start_workers(args.workers, queue, Path(tempfile.mkdtemp(prefix="bench-ingest-")))
         try:
             token = token_for(server.url, credentials.client_id, credentials.client_secret)
             # Warm-up: the workers load the embedder on their first task.

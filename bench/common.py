@@ -79,3 +79,13 @@ def write_results(name: str, results: dict) -> Path:
     path = out / f"{name}.json"
     path.write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
     return path
+
+
+def replace_section(document: str, heading: str, section: str) -> str:
+    """`document` with the section starting `heading` replaced by `section` (or `section` appended)."""
+    start = document.find(heading)
+    if start < 0:
+        return document.rstrip("\n") + "\n\n" + section
+    end = document.find("\n## ", start + len(heading))
+    rest = document[end + 1:] if end >= 0 else ""
+    return document[:start] + section + ("\n" + rest if rest else "")
