@@ -68,7 +68,7 @@ from oauth2_provider.models import AccessToken, set_token_value
 
 from mcpapi.client import Principal
 from memoryhub.oauth import MCP_READONLY_PATH, resource_url, resource_urls, token_checksum
-from memoryhub.token_verifier import MAX_TOKEN_LENGTH, principal_for
+from memoryhub.token_verifier import MAX_TOKEN_LENGTH, access_token_row, principal_of
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
@@ -155,23 +155,21 @@ def token_exchange_issue(
         raise ExchangeRefused("invalid_target", "resource must be the MCP resource the token was presented at.")
     if not subject_token or len(subject_token) > MAX_TOKEN_LENGTH:
         raise ExchangeRefused("invalid_grant", "The subject token is invalid.")
-    subject = AccessToken.objects.filter(token_checksum=token_checksum(subject_token)).values(
-        "application_id", "user_id", "expires"
-    ).first()
+    subject = access_token_row(subject_token)
     # Same checks as the MCP gateway's own verifier: unexpired, issued for exactly
     # this resource, a memory scope, the person or agent still entitled. An
     # exchanged credential (audience: the memory service) is not for any MCP
     # resource, so it cannot be exchanged again.
-    principal = principal_for(subject_token, resource=resource) if subject else None
+    principal = principal_of(subject, subject_token, resource=resource) if subject is not None else None
     if subject is None or principal is None:
         raise ExchangeRefused("invalid_grant", "The subject token is invalid, expired or not for this resource.")
     scopes = _granted_scopes(principal, resource=resource, requested=scope)
     now = timezone.now()
-    expires = min(now + timedelta(seconds=credential_lifetime()), subject["expires"])
+    expires = min(now + timedelta(seconds=credential_lifetime()), subject.expires)
     raw = secrets.token_urlsafe(32)
     credential = AccessToken(
-        application_id=subject["application_id"],
-        user_id=subject["user_id"],
+        application_id=subject.application_id,
+        user_id=subject.user_id,
         scope=" ".join(sorted(scopes)),
         resource=[audience],
         expires=expires,
@@ -185,7 +183,7 @@ def token_exchange_issue(
         # debris small without a query on every request; `manage.py cleartokens`
         # (cron) removes what idle principals leave.
         AccessToken.objects.filter(
-            application_id=subject["application_id"], user_id=subject["user_id"], expires__lt=now,
+            application_id=subject.application_id, user_id=subject.user_id, expires__lt=now,
             resource=[audience],
         ).delete()
     issued = Principal(
@@ -225,16 +223,12 @@ def credential_principal(raw: str) -> Principal | None:
     if not raw or len(raw) > MAX_TOKEN_LENGTH:
         return None
     audience = service_audience()
-    row = (
-        AccessToken.objects.filter(token_checksum=token_checksum(raw))
-        .values("resource", "created", "expires")
-        .first()
-    )
-    if row is None or row["resource"] != [audience]:
+    row = access_token_row(raw)
+    if row is None or row.resource != [audience]:
         return None
-    if row["expires"] - row["created"] > timedelta(seconds=MAX_CREDENTIAL_SECONDS):
+    if row.expires - row.created > timedelta(seconds=MAX_CREDENTIAL_SECONDS):
         return None
-    return principal_for(raw, resource=audience)
+    return principal_of(row, raw, resource=audience)
 
 
 # ---------------------------------------------------------------- the endpoint

@@ -49,13 +49,23 @@ def _verify_in_thread(token: str, resource: str) -> Principal | None:
         close_old_connections()
 
 
-def principal_for(token: str, *, resource: str) -> Principal | None:
-    access = (
+def access_token_row(token: str) -> AccessToken | None:
+    """The stored token (with its application and user) for a raw token, or None."""
+    return (
         AccessToken.objects.select_related("application", "user")
         .filter(token_checksum=token_checksum(token))
         .first()
     )
-    if access is None or access.is_expired() or access.application is None:
+
+
+def principal_for(token: str, *, resource: str) -> Principal | None:
+    access = access_token_row(token)
+    return principal_of(access, token, resource=resource) if access is not None else None
+
+
+def principal_of(access: AccessToken, token: str, *, resource: str) -> Principal | None:
+    """The principal a stored token (`access`, the row of raw `token`) stands for at `resource`, or None."""
+    if access.is_expired() or access.application is None:
         return None
     # Exact match: DOT's own check is a URL-prefix match, which would let a
     # /mcp token through at /mcp/readonly.
