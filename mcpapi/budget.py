@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import mcp_types as types
 
+from mcpapi.limits import FRAGMENT_VALUE_MAX_BYTES, RESULT_MAX_BYTES
 from mcpapi.tools import scalar_text, tool_result
-
-FRAGMENT_VALUE_MAX_BYTES: Final = 4 * 1024
-RESULT_MAX_BYTES: Final = 128 * 1024
 
 
 def result_size(result: types.CallToolResult) -> int:

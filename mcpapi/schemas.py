@@ -1,31 +1,31 @@
 """The four tools' input and output schemas, as advertised and as enforced.
 
 The same dictionaries are listed to clients and used to validate every call,
-so a limit cannot be advertised without being enforced or the reverse.
-Item-length bounds inside arrays, and the bounds on `idempotency_key` and
-`receipt_id`, are ours: the contract leaves them open and the body limit alone
-would let one array item take 256 KiB.
+so a limit cannot be advertised without being enforced or the reverse. The
+numbers are `mcpapi.limits`', which the memory domain enforces too.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-QUERY_MAX_CHARS: Final = 2000
-LIMIT_MIN: Final = 1
-LIMIT_MAX: Final = 50
-LIMIT_DEFAULT: Final = 10
-RESOURCE_IDS_MAX_ITEMS: Final = 32
-AGENTS_MAX_ITEMS: Final = 16
-TASK_MAX_CHARS: Final = 200
-TASK_TAGS_MAX_ITEMS: Final = 8
-CONTENT_MAX_CHARS: Final = 32 * 1024
-SESSION_ID_MAX_CHARS: Final = 128
-RESOURCE_MAX_CHARS: Final = 512
-IDEMPOTENCY_KEY_MAX_CHARS: Final = 256
-RECEIPT_ID_MAX_CHARS: Final = 256
-AGENT_NAME_MAX_CHARS: Final = 256
-TASK_TAG_MAX_CHARS: Final = 64
+from mcpapi.limits import (
+    AGENT_NAME_MAX_CHARS,
+    AGENTS_MAX_ITEMS,
+    CONTENT_MAX_CHARS,
+    IDEMPOTENCY_KEY_MAX_CHARS,
+    LIMIT_DEFAULT,
+    LIMIT_MAX,
+    LIMIT_MIN,
+    QUERY_MAX_CHARS,
+    RECEIPT_ID_MAX_CHARS,
+    RESOURCE_IDS_MAX_ITEMS,
+    RESOURCE_MAX_CHARS,
+    SESSION_ID_MAX_CHARS,
+    TASK_MAX_CHARS,
+    TASK_TAG_MAX_CHARS,
+    TASK_TAGS_MAX_ITEMS,
+)
 
 # Date-time fields the handlers turn into datetimes before the client sees them.
 DATE_TIME_FIELDS: Final = ("as_of", "created_after", "created_before")

@@ -1,8 +1,9 @@
 """Every request limit of contracts 000/001, checked at the service boundary.
 
-The MCP layer validates the same bounds against its schemas, but the services
-are also reached from the web console, the API and tasks: the domain refuses
-an out-of-range argument itself, with an `InvalidArgument` naming the field.
+The MCP layer validates the same bounds (`mcpapi.limits`, imported here) against
+its schemas, but the services are also reached from the web console, the API and
+tasks: the domain refuses an out-of-range argument itself, with an
+`InvalidArgument` naming the field.
 
 Lengths are counted in characters (Python `len`, Unicode code points), the
 unit JSON Schema's maxLength uses; so the 32 KiB content limit is 32768
@@ -13,29 +14,29 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
+# The contract's numbers, defined once for the MCP layer and the domain.
+from mcpapi.limits import (  # noqa: F401 - re-exported: limits.QUERY_MAX_CHARS and the rest
+    AGENT_NAME_MAX_CHARS,
+    AGENTS_MAX_ITEMS,
+    CONTENT_MAX_CHARS,
+    FRAGMENT_VALUE_MAX_BYTES,
+    IDEMPOTENCY_KEY_MAX_CHARS,
+    LIMIT_DEFAULT,
+    LIMIT_MAX,
+    LIMIT_MIN,
+    QUERY_MAX_CHARS,
+    RECEIPT_ID_MAX_CHARS,
+    RESOURCE_IDS_MAX_ITEMS,
+    RESOURCE_MAX_CHARS,
+    RESULT_MAX_BYTES,
+    SESSION_ID_MAX_CHARS,
+    TASK_MAX_CHARS,
+    TASK_TAG_MAX_CHARS,
+    TASK_TAGS_MAX_ITEMS,
+)
 from memoryhub.errors import InvalidArgument
-
-QUERY_MAX_CHARS: Final = 2000
-LIMIT_MIN: Final = 1
-LIMIT_MAX: Final = 50
-LIMIT_DEFAULT: Final = 10
-RESOURCE_IDS_MAX_ITEMS: Final = 32
-AGENTS_MAX_ITEMS: Final = 16
-TASK_MAX_CHARS: Final = 200
-TASK_TAGS_MAX_ITEMS: Final = 8
-CONTENT_MAX_CHARS: Final = 32 * 1024
-SESSION_ID_MAX_CHARS: Final = 128
-RESOURCE_MAX_CHARS: Final = 512
-IDEMPOTENCY_KEY_MAX_CHARS: Final = 256
-RECEIPT_ID_MAX_CHARS: Final = 256
-AGENT_NAME_MAX_CHARS: Final = 256
-TASK_TAG_MAX_CHARS: Final = 64
-
-# Response budgets (contract 001).
-FRAGMENT_VALUE_MAX_BYTES: Final = 4 * 1024
-RESULT_MAX_BYTES: Final = 128 * 1024
 
 
 def text(value: Any, *, field: str, max_chars: int, required: bool = False) -> str:
