@@ -15,7 +15,7 @@ and reports p50/p95 per call, the difference, and the exchange request alone.
 Raw JSON-RPC at revision 2026-07-28 over a keep-alive connection, so client-side
 cost is the same on both paths. Rate limits are lifted for the run.
 
-Results go to bench/results/edge_conn<N>.json and (unless --no-append) its section in
+Results go to bench/results/edge_<db mode>.json and (unless --no-append) its section in
 docs/benchmarks.md is replaced or added.
 """
 
@@ -40,7 +40,7 @@ from urllib.parse import quote, urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, bench_database, replace_section, summary, write_results  # noqa: E402
+from common import DB_MODES, ROOT, bench_database, replace_section, summary, write_results  # noqa: E402
 
 MODERN = "2026-07-28"
 SECTION = "## Edge topology: the cost of the exchange hop"
@@ -175,8 +175,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200, help="calls per path and tool")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--conn-max-age", type=int, default=0,
-                        help="DATABASE_CONN_MAX_AGE for the memory service (default 0, the shipped default)")
+    parser.add_argument("--db-mode", default="pool", choices=sorted(DB_MODES),
+                        help="how the memory service gets database connections (default pool, the shipped one)")
     parser.add_argument("--no-append", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args()
 
@@ -184,7 +184,7 @@ def main() -> None:
 
     results: dict = {
         "n": args.n,
-        "conn_max_age": args.conn_max_age,
+        "db_mode": args.db_mode,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "date": dt.date.today().isoformat(),
         "load_average_before": round(os.getloadavg()[0], 1),
@@ -205,7 +205,7 @@ def main() -> None:
             "MEMORYHUB_BASE_URL": edge_url,
             "MEMORYHUB_INTERNAL_API": "1",
             "MEMORYHUB_TASK_QUEUE": prefix,
-            "DATABASE_CONN_MAX_AGE": str(args.conn_max_age),
+            **DB_MODES[args.db_mode],
             "LOG_LEVEL": "WARNING",
         }
         edge_env = {
@@ -257,7 +257,7 @@ def main() -> None:
             results["token_exchange_alone"] = summary(samples)
         _forget(prefix)
 
-    path = write_results(f"edge_conn{args.conn_max_age}", results)
+    path = write_results(f"edge_{args.db_mode}", results)
     section = markdown(results)
     print(section)
     print(f"(raw numbers: {path.relative_to(ROOT)})")
@@ -294,7 +294,7 @@ def markdown(results: dict) -> str:
         f"(`memoryhub.asgi` answering `/mcp` itself) against edge (`mcpapi.edge_app` → token exchange → "
         f"internal API on the same `memoryhub.asgi` process), calls interleaved, n = {results['n']} per "
         f"cell, on {results['machine']}; everything on 127.0.0.1, embedded PostgreSQL 16, "
-        f"`DATABASE_CONN_MAX_AGE={results['conn_max_age']}` on the memory service; 1-minute load average "
+        f"database connections `{results['db_mode']}` (bench/common.py) on the memory service; 1-minute load average "
         f"{results['load_average_before']} when it started.\n\n"
         "| call | single process p50 / p95 ms | edge p50 / p95 ms | added by the edge p50 / p95 ms |\n"
         "|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
@@ -302,10 +302,10 @@ def markdown(results: dict) -> str:
         f"p50 {exchange['p50_ms']} ms, p95 {exchange['p95_ms']} ms. The edge adds two HTTP requests to the "
         "memory service (the exchange, then the internal call, which looks the credential up); across a real "
         "network add two round trips.\n\n"
-        "Rerun: `python bench/bench_edge.py [--n 200] [--conn-max-age 0] [--no-append]` "
+        "Rerun: `python bench/bench_edge.py [--n 200] [--db-mode pool] [--no-append]` "
         "(uses the benchmark database "
         "`memoryhub_bench` on the embedded PostgreSQL unless DATABASE_URL is set; writes "
-        "`bench/results/edge_conn<N>.json` and replaces this section).\n"
+        "`bench/results/edge_<db mode>.json` and replaces this section).\n"
     )
 
 

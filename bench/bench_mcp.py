@@ -1,7 +1,7 @@
 """memory_search over MCP end to end, beside the same search called in the memory service.
 
     python bench/bench_mcp.py                                  # 10k and 100k, 200 queries, concurrency 8
-    python bench/bench_mcp.py --sizes 10000 --queries 100 --conn-max-age 0 --no-append
+    python bench/bench_mcp.py --sizes 10000 --queries 100 --db-modes pool --no-append
 
 For each corpus of bench/search_bench.py (10k and 100k fragments in one workspace, 20 roles,
 50 collections, 50 readers; built when missing, which takes a while the first time):
@@ -11,12 +11,14 @@ For each corpus of bench/search_bench.py (10k and 100k fragments in one workspac
 * MCP: `tools/call memory_search` at revision 2026-07-28 over HTTP to a uvicorn process serving
   `memoryhub.asgi` (the single-process deployment): the gateway (Origin, size, bearer token checked
   in the database, rate limit in Redis), the SDK, argument validation, the in-process client, the
-  same search and receipt, the JSON answer. Each reader has an access token of their own. The
-  server runs once per --conn-max-age value (default 0 and 60): 0, the shipped default, opens a
-  database connection per request; 60 keeps one per worker thread.
+  same search and receipt, the JSON answer. Each reader has an access token of their own. One
+  server runs for each --db-modes entry, all at once (bench/common.py's DB_MODES; default "pool", the shipped
+  setting, and "per-request", a new database connection for every token check and tool call).
 
-Both paths run the same queries with the same readers: first one at a time (p50 / p95), then with
-8 clients at once for a fixed number of requests (requests/s, and p50 / p95 under that load). The
+Both paths run the same queries with the same readers: first one at a time, interleaved (for each
+query the service and each server in turn, the order rotating, so all see the same machine at the
+same moment; p50 / p95), then each alone with 8 clients at once for a fixed number of requests
+(requests/s, and p50 / p95 under that load). The
 service's concurrent run uses 8 threads in this process, each with its own database connection.
 The MCP clients are 8 threads in this process with keep-alive connections, so client and server
 share the machine's cores, as they do in the service run. Rate limits are lifted for the run.
@@ -28,6 +30,7 @@ is replaced or added.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -45,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_edge import database_url, free_port, process  # noqa: E402
-from common import ROOT, bench_database, percentile, replace_section, summary, write_results  # noqa: E402
+from common import DB_MODES, ROOT, bench_database, percentile, replace_section, summary, write_results  # noqa: E402
 from search_bench import DATA, Corpus, build, slug  # noqa: E402
 
 MODERN = "2026-07-28"
@@ -100,17 +103,11 @@ def mcp_call(http, url: str, token: str, query: str) -> None:
         raise RuntimeError("no receipt")
 
 
-def sequential(call: Callable[[int], None], n: int) -> dict:
-    samples = []
-    for i in range(n):
-        started = time.perf_counter()
-        call(i)
-        samples.append((time.perf_counter() - started) * 1000)
-    return summary(samples)
-
-
-def concurrent(make_worker: Callable[[], Callable[[int], None]], n: int, clients: int) -> dict:
-    """`n` calls shared by `clients` threads; each thread gets its own `make_worker()`."""
+def concurrent(
+    make_worker: Callable[[], Callable[[int], None]], n: int, clients: int, on_exit: Callable[[], None] | None = None
+) -> dict:
+    """`n` calls shared by `clients` threads; each thread gets its own `make_worker()` and
+    runs `on_exit` when it is done."""
     samples: list[float] = []
     failures: list[BaseException] = []
     lock = threading.Lock()
@@ -118,7 +115,13 @@ def concurrent(make_worker: Callable[[], Callable[[int], None]], n: int, clients
     barrier = threading.Barrier(clients + 1)
 
     def run() -> None:
-        work = make_worker()
+        try:
+            work_through(make_worker())
+        finally:
+            if on_exit is not None:
+                on_exit()
+
+    def work_through(work: Callable[[int], None]) -> None:
         barrier.wait()
         while True:
             with lock:
@@ -153,82 +156,91 @@ def concurrent(make_worker: Callable[[], Callable[[int], None]], n: int, clients
 
 
 def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
+    import httpx2
     from django.db import connection
 
     from memoryhub.services.search import memory_search
 
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    readers = tokens_for(size, base_url)
+    ports = {mode: free_port() for mode in args.db_modes}
+    urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
+    tokens = {mode: tokens_for(size, url) for mode, url in urls.items()}  # one per reader and server
+    callers = [caller for caller, _ in next(iter(tokens.values()))]
     rng = random.Random(size)
-    plan = [(query, rng.choice(readers)) for query in queries]
+    plan = [(query, rng.randrange(len(callers))) for query in queries]
     prefix = f"bench-mcp-{secrets.token_hex(4)}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "MEMORYHUB_BASE_URL": base_url,
-        "MEMORYHUB_RATE_PER_MINUTE": "100000000", "MEMORYHUB_RATE_BURST": "100000000",
-        "MEMORYHUB_CACHE_PREFIX": prefix, "MEMORYHUB_TASK_QUEUE": prefix,
-        "LOG_LEVEL": "WARNING",
-    }
-    result: dict = {"fragments": size, "queries": len(queries), "clients": args.concurrency}
+    result: dict = {"fragments": size, "queries": len(queries), "clients": args.concurrency, "mcp": {}}
 
     def service(i: int) -> None:
-        query, (caller, _) = plan[i % len(plan)]
-        memory_search(caller=caller, query=query)
+        query, reader = plan[i % len(plan)]
+        memory_search(caller=callers[reader], query=query)
 
-    def service_worker() -> Callable[[int], None]:
-        return service  # each thread opens its own database connection on first use
+    logs = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
+    with contextlib.ExitStack() as stack:
+        for mode in args.db_modes:
+            env = {
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
+                "DATABASE_URL": database_url(connection.settings_dict),
+                "MEMORYHUB_BASE_URL": urls[mode],
+                "MEMORYHUB_RATE_PER_MINUTE": "100000000", "MEMORYHUB_RATE_BURST": "100000000",
+                "MEMORYHUB_CACHE_PREFIX": prefix, "MEMORYHUB_TASK_QUEUE": prefix,
+                "LOG_LEVEL": "WARNING",
+                **DB_MODES[mode],
+            }
+            stack.enter_context(process(f"memoryhub-{mode}", "memoryhub.asgi:application", ports[mode], env, logs))
+        http = stack.enter_context(httpx2.Client(timeout=120, trust_env=False))
 
-    for i in range(min(10, len(plan))):  # warm the embedder, caches and the connection
-        service(i)
-    result["service"] = sequential(service, len(plan))
-    result["service_concurrent"] = concurrent(service_worker, len(plan) * args.rounds, args.concurrency)
-    connection.close()
+        def over_mcp(mode: str) -> Callable[[int], None]:
+            def call(i: int) -> None:
+                query, reader = plan[i % len(plan)]
+                mcp_call(http, f"{urls[mode]}/mcp", tokens[mode][reader][1], query)
+            return call
 
-    result["mcp"] = {}
-    for age in args.conn_max_age:
-        env["DATABASE_CONN_MAX_AGE"] = str(age)
-        result["mcp"][str(age)] = mcp_run(base_url, port, env, plan, args)
-        one, service_one = result["mcp"][str(age)]["one_at_a_time"], result["service"]
-        result["mcp"][str(age)]["overhead"] = {
-            "p50_ratio": round(one["p50_ms"] / service_one["p50_ms"], 2),
-            "p50_added_ms": round(one["p50_ms"] - service_one["p50_ms"], 1),
-            "throughput_ratio": round(result["mcp"][str(age)]["concurrent"]["requests_per_s"]
-                                      / result["service_concurrent"]["requests_per_s"], 2),
-        }
-    return result
+        # One at a time, interleaved: for each query the service and every server in turn
+        # (the order rotating), so all of them see the same machine at the same moment.
+        paths = {"service": service, **{mode: over_mcp(mode) for mode in args.db_modes}}
+        for i in range(min(10, len(plan))):  # warm the embedders, caches and connections
+            for call in paths.values():
+                call(i)
+        samples: dict[str, list[float]] = {name: [] for name in paths}
+        names = list(paths)
+        for i in range(len(plan)):
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:
+                started = time.perf_counter()
+                paths[name](i)
+                samples[name].append((time.perf_counter() - started) * 1000)
+        result["service"] = summary(samples["service"])
 
+        # Then each path alone with `clients` at once.
+        result["service_concurrent"] = concurrent(
+            lambda: service, len(plan) * args.rounds, args.concurrency, on_exit=lambda: connection.close()
+        )
+        connection.close()
+        for mode in args.db_modes:
+            clients: list = []
 
-def mcp_run(base_url: str, port: int, env: dict[str, str], plan: list, args: argparse.Namespace) -> dict:
-    """The MCP numbers against a fresh server process started with `env`."""
-    import httpx2
+            def worker(mode: str = mode, clients: list = clients) -> Callable[[int], None]:
+                own = httpx2.Client(timeout=120, trust_env=False)
+                clients.append(own)
+                return lambda i: mcp_call(own, f"{urls[mode]}/mcp", tokens[mode][plan[i % len(plan)][1]][1],
+                                          plan[i % len(plan)][0])
 
-    url = f"{base_url}/mcp"
-    result: dict = {}
-    with process("memoryhub", "memoryhub.asgi:application", port, env, Path(tempfile.mkdtemp(prefix="bench-mcp-"))):
-        with httpx2.Client(timeout=120, trust_env=False) as http:
-            def mcp(i: int) -> None:
-                query, (_, token) = plan[i % len(plan)]
-                mcp_call(http, url, token, query)
-
-            for i in range(min(10, len(plan))):
-                mcp(i)
-            result["one_at_a_time"] = sequential(mcp, len(plan))
-
-        clients: list = []
-
-        def mcp_worker() -> Callable[[int], None]:
-            http = httpx2.Client(timeout=120, trust_env=False)
-            clients.append(http)
-            return lambda i: mcp_call(http, url, plan[i % len(plan)][1][1], plan[i % len(plan)][0])
-
-        try:
-            result["concurrent"] = concurrent(mcp_worker, len(plan) * args.rounds, args.concurrency)
-        finally:
-            for http in clients:
-                http.close()
+            try:
+                many = concurrent(worker, len(plan) * args.rounds, args.concurrency)
+            finally:
+                for own in clients:
+                    own.close()
+            one = summary(samples[mode])
+            result["mcp"][mode] = {
+                "one_at_a_time": one, "concurrent": many,
+                "overhead": {
+                    "p50_ratio": round(one["p50_ms"] / result["service"]["p50_ms"], 2),
+                    "p50_added_ms": round(one["p50_ms"] - result["service"]["p50_ms"], 1),
+                    "throughput_ratio": round(
+                        many["requests_per_s"] / result["service_concurrent"]["requests_per_s"], 2),
+                },
+            }
     return result
 
 
@@ -236,10 +248,10 @@ def markdown(results: dict) -> str:
     rows = []
     for size, r in results["sizes"].items():
         s, sc = r["service"], r["service_concurrent"]
-        for age, m in r["mcp"].items():
+        for mode, m in r["mcp"].items():
             one, many, o = m["one_at_a_time"], m["concurrent"], m["overhead"]
             rows.append(
-                f"| {int(size):,} | {age} | {s['p50_ms']} / {s['p95_ms']} | {one['p50_ms']} / {one['p95_ms']} | "
+                f"| {int(size):,} | {mode} | {s['p50_ms']} / {s['p95_ms']} | {one['p50_ms']} / {one['p95_ms']} | "
                 f"{o['p50_ratio']}× (+{o['p50_added_ms']} ms) | {sc['requests_per_s']} ({sc['p50_ms']} / "
                 f"{sc['p95_ms']}) | {many['requests_per_s']} ({many['p50_ms']} / {many['p95_ms']}) | "
                 f"{o['throughput_ratio']} |"
@@ -247,26 +259,26 @@ def markdown(results: dict) -> str:
     return (
         f"{SECTION} ({results['date']})\n\n"
         f"`memory_search` called in the memory service (this process) against the same call over MCP "
-        f"(`tools/call` at revision {MODERN}, HTTP keep-alive, a bearer token per reader, one uvicorn process "
+        f"(`tools/call` at revision {MODERN}, HTTP keep-alive, a bearer token per reader, a uvicorn process "
         f"serving `memoryhub.asgi`), same queries and readers, on search_bench's corpora (20 roles, 50 "
-        f"collections, 50 readers); {results['queries']} queries one at a time, then {results['rounds']}× as many "
-        f"with {results['clients']} clients at once. {results['machine']}; embedded PostgreSQL 16; the server "
-        "started once per `DATABASE_CONN_MAX_AGE` (0 is the shipped default: a connection per request); "
+        f"collections, 50 readers); {results['queries']} queries one at a time (each query through every path in "
+        f"turn), then {results['rounds']}× as many with {results['clients']} clients at once, one path after the "
+        f"other. {results['machine']}; embedded PostgreSQL 16; one server per way of getting database "
+        "connections (`pool`, the shipped default: psycopg's pool; "
+        "`per-request`: `DATABASE_POOL=0`, a new connection each time); "
         f"1-minute load average {results['load_average_before']} when it started. Latencies in ms, p50 / p95.\n\n"
-        "| fragments | server's CONN_MAX_AGE | service, one at a time | MCP, one at a time | MCP overhead p50 | "
+        "| fragments | server's connections | service, one at a time | MCP, one at a time | MCP overhead p50 | "
         f"service req/s at {results['clients']} (p50 / p95) | MCP req/s at {results['clients']} (p50 / p95) "
         "| MCP / service throughput |\n"
         "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
         "What the MCP path adds per request: HTTP parsing, the gateway's checks, the token lookup (one indexed "
         "query, plus the membership check), the rate limit (one Redis script), the SDK's JSON-RPC handling "
-        "and output validation, a thread hop into the synchronous domain, and, with the shipped "
-        "`DATABASE_CONN_MAX_AGE=0`, a new database connection per request (the service run reuses its "
-        "connection). The two CONN_MAX_AGE rows isolate that last cost: the token check and the tool call each "
-        "run in a worker thread, so each opens a connection of its own when connections are not kept. Django "
-        "advises against persistent connections under ASGI (use the driver's pool instead); the 60 s rows show "
-        "what a pool would save. Under load, the 8 MCP clients and the server share the same cores.\n\n"
+        "and output validation, and a thread hop into the synchronous domain. The `per-request` rows add what "
+        "connecting costs: the token check and the tool call each run in a worker thread, so without a pool "
+        "each opens a database connection of its own (Django advises against persistent connections under "
+        "ASGI and for a pool instead). Under load, the 8 MCP clients and the server share the same cores.\n\n"
         "Rerun: `python bench/bench_mcp.py [--sizes 10000,100000] [--queries 200] [--concurrency 8] "
-        "[--conn-max-age 0,60] [--no-append]` (benchmark database `memoryhub_bench`; writes "
+        "[--db-modes pool,per-request] [--no-append]` (benchmark database `memoryhub_bench`; writes "
         "`bench/results/mcp_bench.json` and replaces this section).\n"
     )
 
@@ -277,8 +289,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="queries per size, one at a time")
     parser.add_argument("--rounds", type=int, default=2, help="concurrent run: this many times the queries")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--conn-max-age", default="0,60", type=lambda text: [int(x) for x in text.split(",")],
-                        help="DATABASE_CONN_MAX_AGE values to run the server with (0 is the shipped default)")
+    parser.add_argument("--db-modes", default="pool,per-request", type=lambda text: text.split(","),
+                        help=f"how the server gets database connections, any of {', '.join(DB_MODES)}")
     parser.add_argument("--no-append", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args()
 

@@ -89,3 +89,11 @@ def replace_section(document: str, heading: str, section: str) -> str:
     end = document.find("\n## ", start + len(heading))
     rest = document[end + 1:] if end >= 0 else ""
     return document[:start] + section + ("\n" + rest if rest else "")
+
+
+# How a server process gets its database connections (memoryhub/settings.py).
+DB_MODES = {
+    "pool": {"DATABASE_POOL": "1"},  # the shipped default: psycopg's pool, one per process
+    "per-request": {"DATABASE_POOL": "0", "DATABASE_CONN_MAX_AGE": "0"},  # a new connection each time
+    "persistent": {"DATABASE_POOL": "0", "DATABASE_CONN_MAX_AGE": "60"},  # kept per thread
+}

@@ -30,6 +30,8 @@ T = TypeVar("T")
 # A probe slower than this still works, but a search would feel it.
 PROBE_DEGRADED_AFTER_SECONDS = 2.0
 PROBE_STATEMENT_TIMEOUT = "3s"
+# How much sooner than the MCP layer's read timeout the domain's own deadline falls.
+DEADLINE_MARGIN_SECONDS = 0.5
 
 
 def _caller(principal: Principal, *, scope: str | None) -> access.Caller:
@@ -46,7 +48,11 @@ class InProcessMemoryClient:
 
     @property
     def _deadline(self) -> float:
-        return min(self.read_timeout, settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS)
+        """The domain's deadline: the database cancels a slow read a little before the MCP
+        layer stops waiting for it, so the caller reads the domain's own explanation and no
+        statement is left running after the answer."""
+        budget = min(self.read_timeout, settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS)
+        return max(budget / 2, budget - DEADLINE_MARGIN_SECONDS)
 
     async def _run(self, work: Callable[[], T]) -> T:
         def in_thread() -> T:

@@ -79,6 +79,45 @@ def test_settings_refuse_a_non_postgres_database_url():
     assert "PostgreSQL with pgvector only" in result.stderr
 
 
+def _database_settings(**env: str) -> dict:
+    code = ("import json; from memoryhub import settings as s; d = s.DATABASES['default']; "
+            "print(json.dumps({'pool': d['OPTIONS'].get('pool'), 'age': d['CONN_MAX_AGE']}))")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                            cwd=ROOT, check=True)
+    return json.loads(result.stdout)
+
+
+def test_each_process_pools_its_database_connections_by_default():
+    """Django's advice under ASGI: a pool, not persistent connections (bench/bench_mcp.py measured why)."""
+    env = {"DATABASE_CONN_MAX_AGE": "60"}  # ignored while the pool is on: Django refuses both at once
+    threads = min(32, (os.cpu_count() or 1) + 4)  # asgiref's worker threads
+    assert _database_settings(**env) == {"pool": {"min_size": 1, "max_size": threads + 4, "timeout": 10.0}, "age": 0}
+    assert _database_settings(DATABASE_POOL_MAX_SIZE="30", **env)["pool"]["max_size"] == 30
+    assert _database_settings(DATABASE_POOL="0", **env) == {"pool": None, "age": 60}
+
+
+def test_a_forked_worker_child_leaves_its_parents_pool_alone(transactional_db):
+    """What Celery's worker_process_init runs in a prefork child: the inherited pool is
+    forgotten (never closed: its sockets are the parent's) and the child opens its own."""
+    from django.db import connection
+
+    from memoryhub.celery import _forget_inherited_database_pools
+
+    connection.ensure_connection()
+    inherited = connection.pool
+    assert inherited is not None
+    _forget_inherited_database_pools()
+    try:
+        assert not inherited.closed
+        assert connection.pool is not inherited
+        connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
+    finally:
+        inherited.close()
+
+
 def test_embedded_postgres_start_is_idempotent_and_stop_is_clean(tmp_path):
     server = embedded.EmbeddedPostgres(tmp_path / "data")
     assert server.start() is True

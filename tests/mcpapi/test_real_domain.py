@@ -24,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from memoryhub.models import Proposal
 from tests.conftest import LiveServer
 from tests.edge.conftest import HANDBOOK_URI, Personas, agent_token, create_personas, handbook_document, person_token
+from tests.mcpapi.rpc_http import call_tool, tool_result
 
 pytestmark = [pytest.mark.slow]
 
@@ -141,3 +142,42 @@ def test_an_agents_write_waits_for_review(asgi_server: LiveServer, personas: Per
     assert (proposal.agent.name, proposal.session_id, proposal.state) == ("triage-bot", "triage-42", "pending")
     # Not memory until a person approves it.
     assert content not in [fragment["value"] for fragment in found["fragments"]]
+
+
+@pytest.fixture
+def short_deadlines(settings: Any) -> None:
+    """A 1 s search deadline inside a 3 s tool deadline; asks before `asgi_server` builds the app."""
+    settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS = 1.0
+    settings.MEMORYHUB_TOOL_DEADLINE_SECONDS = 3.0
+
+
+def test_a_search_held_up_in_the_database_fails_at_its_deadline(
+    short_deadlines: None, asgi_server: LiveServer, personas: Personas
+) -> None:
+    """The injected slow query: another transaction holds the fragment table locked, so the
+    search's index query waits. The deadline's statement_timeout cancels it and the caller
+    reads a tool error; nothing is left waiting, and the next search is served."""
+    from django.db import connection, transaction
+
+    from memoryhub.embeddings import get_embedder
+    from memoryhub.models import Receipt
+
+    mcp_url = asgi_server.url + "/mcp"
+    token = person_token(personas, personas.bruno, resource=mcp_url)
+    # The server runs in this process: load its embedder now, which is not what this test times out.
+    get_embedder().embed(["warm up"])
+    first = tool_result(call_tool(mcp_url, token, "memory_search", {"query": QUESTION}))
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("LOCK TABLE memoryhub_fragment IN ACCESS EXCLUSIVE MODE")
+        held = tool_result(call_tool(mcp_url, token, "memory_search", {"query": QUESTION}))
+    after = tool_result(call_tool(mcp_url, token, "memory_search", {"query": QUESTION}))
+
+    assert held["isError"] is True
+    # The database cancels the statement half a second before the MCP layer would stop waiting.
+    assert held["content"][0]["text"].startswith(
+        "The search did not finish within its 0.5 s deadline and was cancelled."
+    ), held
+    assert first["isError"] is False and after["isError"] is False, (first, after)
+    # The cancelled read left no receipt; the two served ones did.
+    assert Receipt.objects.filter(subject="user:bruno").count() == 2
