@@ -40,7 +40,7 @@ from urllib.parse import quote, urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DB_MODES, ROOT, bench_database, replace_section, summary, write_results  # noqa: E402
+from common import DB_MODES, ROOT, bench_database, publish, summary  # noqa: E402
 
 MODERN = "2026-07-28"
 SECTION = "## Edge topology: the cost of the exchange hop"
@@ -257,13 +257,7 @@ def main() -> None:
             results["token_exchange_alone"] = summary(samples)
         _forget(prefix)
 
-    path = write_results(f"edge_{args.db_mode}", results)
-    section = markdown(results)
-    print(section)
-    print(f"(raw numbers: {path.relative_to(ROOT)})")
-    if not args.no_append:
-        docs = ROOT / "docs" / "benchmarks.md"
-        docs.write_text(replace_section(docs.read_text(), SECTION, section))
+    publish(f"edge_{args.db_mode}", results, SECTION, markdown(results), to_docs=not args.no_append)
 
 
 def _forget(prefix: str) -> None:

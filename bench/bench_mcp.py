@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_edge import database_url, free_port, process  # noqa: E402
-from common import DB_MODES, ROOT, bench_database, percentile, replace_section, summary, write_results  # noqa: E402
+from common import DB_MODES, bench_database, percentile, publish, summary  # noqa: E402
 from search_bench import DATA, Corpus, build, slug  # noqa: E402
 
 MODERN = "2026-07-28"
@@ -309,13 +309,7 @@ def main() -> None:
             queries = [q["query"] for q in rng.sample(data["queries"], min(args.queries, len(data["queries"])))]
             results["sizes"][str(size)] = measure(size, queries, args)
             print(json.dumps(results["sizes"][str(size)], indent=1), flush=True)
-    path = write_results("mcp_bench", results)
-    section = markdown(results)
-    print(section)
-    print(f"(raw numbers: {path.relative_to(ROOT)})")
-    if not args.no_append:
-        docs = ROOT / "docs" / "benchmarks.md"
-        docs.write_text(replace_section(docs.read_text(), SECTION, section))
+    publish("mcp_bench", results, SECTION, markdown(results), to_docs=not args.no_append)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,17 @@ def write_results(name: str, results: dict) -> Path:
     return path
 
 
+def publish(name: str, results: dict, heading: str, section: str, *, to_docs: bool) -> None:
+    """Write bench/results/<name>.json, print `section`, and (with `to_docs`) put it in
+    docs/benchmarks.md in place of the section starting `heading`."""
+    path = write_results(name, results)
+    print(section)
+    print(f"(raw numbers: {path.relative_to(ROOT)})")
+    if to_docs:
+        docs = ROOT / "docs" / "benchmarks.md"
+        docs.write_text(replace_section(docs.read_text(), heading, section))
+
+
 def replace_section(document: str, heading: str, section: str) -> str:
     """`document` with the section starting `heading` replaced by `section` (or `section` appended)."""
     start = document.find(heading)

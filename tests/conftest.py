@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import pytest
 import uvicorn
 
+from tests.support.mcp_client import REVISIONS, offer_revision
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -54,3 +56,9 @@ def asgi_server(transactional_db, settings) -> Iterator[LiveServer]:
     from django.db import connections
 
     connections.close_all()
+
+
+@pytest.fixture(params=REVISIONS)
+def revision(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each protocol revision the server accepts, offered by the official client."""
+    return offer_revision(str(request.param), monkeypatch)

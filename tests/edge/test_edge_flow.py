@@ -6,50 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from urllib.parse import parse_qs
 
 import httpx2
-import mcp.client.session
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.mcp_client import call, connect
 
 from .conftest import HANDBOOK_URI, Personas, agent_token, handbook_document, person_token
 from .live import EdgeStack
 
 pytestmark = [pytest.mark.slow]
 
-REVISIONS = ["2026-07-28", "2025-11-25", "2025-06-18"]
 PERSON_TOOLS = ["memory_receipt", "memory_search", "memory_write", "whoami"]
 FACT = "The staging cluster in Frankfurt is rebuilt every Sunday at 02:00 UTC by the platform team."
 
 
-@pytest.fixture(params=REVISIONS)
-def revision(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "2025-06-18":
-        # The client offers its newest handshake revision; make it offer the older one.
-        monkeypatch.setattr(mcp.client.session, "LATEST_HANDSHAKE_VERSION", "2025-06-18")
-    return str(request.param)
 
 
-@asynccontextmanager
-async def connect(url: str, token: str, revision: str) -> AsyncIterator[Client]:
-    mode = revision if revision == "2026-07-28" else "legacy"
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120, trust_env=False) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as client,
-    ):
-        assert client.protocol_version == revision
-        yield client
 
 
-async def call(client: Client, name: str, arguments: dict) -> dict:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
 
 
 def test_the_edge_process_has_no_database_no_secret_and_no_django_settings(origin: EdgeStack) -> None:

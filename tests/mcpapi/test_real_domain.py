@@ -11,34 +11,22 @@ rights.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx2
-import mcp.client.session
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from memoryhub.models import Proposal
 from tests.conftest import LiveServer
 from tests.edge.conftest import HANDBOOK_URI, Personas, agent_token, create_personas, handbook_document, person_token
 from tests.mcpapi.rpc_http import call_tool, tool_result
+from tests.support.mcp_client import call, connect
 
 pytestmark = [pytest.mark.slow]
 
-REVISIONS = ["2026-07-28", "2025-11-25", "2025-06-18"]
 QUESTION = "When is the Frankfurt staging cluster rebuilt?"
 RUNBOOK = {"id": "runbook-7", "title": "Frankfurt staging runbook", "uri": HANDBOOK_URI}
 
 
-@pytest.fixture(params=REVISIONS)
-def revision(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "2025-06-18":
-        # The client offers its newest handshake revision; make it offer the older one.
-        monkeypatch.setattr(mcp.client.session, "LATEST_HANDSHAKE_VERSION", "2025-06-18")
-    return str(request.param)
 
 
 @pytest.fixture
@@ -47,22 +35,8 @@ def personas(asgi_server: LiveServer, settings: Any) -> Personas:
     return create_personas()
 
 
-@asynccontextmanager
-async def connect(url: str, token: str, revision: str) -> AsyncIterator[Client]:
-    mode = revision if revision == "2026-07-28" else "legacy"
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60, trust_env=False) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as client,
-    ):
-        assert client.protocol_version == revision
-        yield client
 
 
-async def call(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
 
 
 def test_a_person_reads_fragments_with_their_documents(

@@ -2,50 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
-import httpx2
-import mcp.client.session
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcpapi.caller import FULL_ENDPOINT, READONLY_ENDPOINT
 from tests.support.deployments import McpDeployment
+from tests.support.mcp_client import connect
 
 from .live import RunningServer
 
 pytestmark = pytest.mark.anyio
 
-REVISIONS = ["2026-07-28", "2025-11-25", "2025-06-18"]
 ALL_TOOLS = ["memory_receipt", "memory_search", "memory_write", "whoami"]
 
 
-@pytest.fixture(params=REVISIONS)
-def revision(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "2025-06-18":
-        # The client offers its newest handshake revision; make it offer the older one.
-        monkeypatch.setattr(
-            mcp.client.session, "LATEST_HANDSHAKE_VERSION", "2025-06-18"
-        )
-    return str(request.param)
 
 
-@asynccontextmanager
-async def connect(url: str, token: str, revision: str) -> AsyncIterator[Client]:
-    mode = revision if revision == "2026-07-28" else "legacy"
-    async with (
-        httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"}, timeout=30
-        ) as http,
-        Client(
-            streamable_http_client(url, http_client=http), mode=mode, cache=None
-        ) as client,
-    ):
-        assert client.protocol_version == revision
-        yield client
 
 
 CONNECTIONS = [
