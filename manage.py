@@ -9,7 +9,7 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
-    from memoryhub.runtime import embedded_postgres_for_command
+    from memoryhub.runtime.commands import embedded_postgres_for_command
 
     with embedded_postgres_for_command():
         from django.core.management import execute_from_command_line

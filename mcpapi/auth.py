@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mcpapi.caller import Endpoint
+from mcpapi.connection import Endpoint
 
 WELL_KNOWN_PROTECTED_RESOURCE = "/.well-known/oauth-protected-resource"
 

@@ -1,13 +1,23 @@
-"""The response limits: 4 KiB per fragment value, 128 KiB per tool result."""
+"""The response limits: 4 KiB per fragment value, 128 KiB per tool result.
+
+Both are applied once, by the memory service, before it records what it served
+(memoryhub.mcp_adapter.render measures with `tool_result_size`): the receipt
+must list exactly what the client received, so this layer never cuts a search
+result. It checks it, and refuses one that does not fit instead of serving
+less than the receipt says.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import mcp_types as types
 
-from mcpapi.limits import FRAGMENT_VALUE_MAX_BYTES, RESULT_MAX_BYTES
-from mcpapi.tools import scalar_text, tool_result
+from contract.limits import RESULT_MAX_BYTES
+from mcpapi.tools import scalar_text, tool_error, tool_result
+
+logger = logging.getLogger(__name__)
 
 
 def result_size(result: types.CallToolResult) -> int:
@@ -15,10 +25,14 @@ def result_size(result: types.CallToolResult) -> int:
     return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
+def tool_result_size(structured: dict[str, Any]) -> int:
+    """Bytes of the tool result that carries `structured`."""
+    return result_size(tool_result(structured))
+
+
 def clip_utf8(text: str, max_bytes: int) -> str:
     """At most `max_bytes` of UTF-8, cut at a character boundary. Never raises:
-    text that is not valid Unicode (the memory service is not trusted to
-    return only that) is repaired first."""
+    text that is not valid Unicode is repaired first."""
     text = scalar_text(text)
     encoded = text.encode()
     if len(encoded) <= max_bytes:
@@ -27,26 +41,11 @@ def clip_utf8(text: str, max_bytes: int) -> str:
     return encoded[: max(max_bytes, 0)].decode(errors="ignore")
 
 
-def fit_search_result(structured: dict[str, Any], *, max_bytes: int = RESULT_MAX_BYTES) -> types.CallToolResult:
-    """Clip fragment values, then drop trailing fragments until the result fits."""
-    fragments = [_clip_fragment(fragment) for fragment in structured.get("fragments", [])]
-    fitted = {**structured, "fragments": fragments}
-    result = tool_result(fitted)
-    while fragments and result_size(result) > max_bytes:
-        fragments.pop()
-        fitted = {**fitted, "fragments": fragments, "truncated": True}
-        result = tool_result(fitted)
+def checked_search_result(structured: dict[str, Any], *, max_bytes: int = RESULT_MAX_BYTES) -> types.CallToolResult:
+    """memory_search's tool result, as the memory service fitted it."""
+    result = tool_result(structured)
+    size = result_size(result)
+    if size > max_bytes:
+        logger.error("memory_search returned %d bytes, over the %d-byte result budget", size, max_bytes)
+        return tool_error("memory_search failed: the memory service returned a result over the 128 KiB budget.")
     return result
-
-
-def _clip_fragment(fragment: Any) -> Any:
-    if not isinstance(fragment, dict) or not isinstance(fragment.get("value"), str):
-        return fragment
-    value = fragment["value"]
-    clipped = clip_utf8(value, FRAGMENT_VALUE_MAX_BYTES)
-    if clipped == value:
-        return fragment
-    if clipped == scalar_text(value):
-        # Repaired, not shortened.
-        return {**fragment, "value": clipped}
-    return {**fragment, "value": clipped, "value_truncated": True}

@@ -14,9 +14,10 @@ from typing import Any
 
 import mcp_types as types
 
+from contract.scopes import OPERATION_SCOPES
 from mcpapi import schemas, tools
-from mcpapi.budget import fit_search_result
-from mcpapi.caller import READONLY_ENDPOINT, Caller
+from mcpapi.budget import checked_search_result
+from mcpapi.connection import READONLY_ENDPOINT, Connection
 from mcpapi.schemas import JSONSchema
 from mcpapi.tools import ToolHandler
 from mcpapi.validation import SchemaValidator
@@ -32,11 +33,15 @@ class ToolSpec:
     input_schema: JSONSchema
     output_schema: JSONSchema
     handler: ToolHandler
-    required_scope: str | None
     read_only: bool
     on_readonly_endpoint: bool = True
     for_agents: bool = True
     build_result: ResultBuilder = field(default=tools.tool_result)
+
+    @property
+    def required_scope(self) -> str | None:
+        """The contract's one table (`contract.scopes`), which the domain checks too."""
+        return OPERATION_SCOPES[self.name]
 
     @cached_property
     def tool(self) -> types.Tool:
@@ -77,9 +82,8 @@ CATALOG: tuple[ToolSpec, ...] = (
         input_schema=schemas.SEARCH_INPUT,
         output_schema=schemas.SEARCH_OUTPUT,
         handler=tools.memory_search,
-        required_scope="memory.read",
         read_only=True,
-        build_result=fit_search_result,
+        build_result=checked_search_result,
     ),
     ToolSpec(
         name="memory_write",
@@ -92,7 +96,6 @@ CATALOG: tuple[ToolSpec, ...] = (
         input_schema=schemas.WRITE_INPUT,
         output_schema=schemas.WRITE_OUTPUT,
         handler=tools.memory_write,
-        required_scope="memory.write",
         read_only=False,
         on_readonly_endpoint=False,
     ),
@@ -106,7 +109,6 @@ CATALOG: tuple[ToolSpec, ...] = (
         input_schema=schemas.RECEIPT_INPUT,
         output_schema=schemas.RECEIPT_OUTPUT,
         handler=tools.memory_receipt,
-        required_scope="memory.audit",
         read_only=True,
         for_agents=False,
     ),
@@ -120,13 +122,12 @@ CATALOG: tuple[ToolSpec, ...] = (
         input_schema=schemas.WHOAMI_INPUT,
         output_schema=schemas.WHOAMI_OUTPUT,
         handler=tools.whoami,
-        required_scope=None,
         read_only=True,
     ),
 )
 
 
-def listed_tools(specs: Iterable[ToolSpec], caller: Caller) -> list[ToolSpec]:
+def listed_tools(specs: Iterable[ToolSpec], caller: Connection) -> list[ToolSpec]:
     return [
         spec
         for spec in specs
@@ -135,7 +136,7 @@ def listed_tools(specs: Iterable[ToolSpec], caller: Caller) -> list[ToolSpec]:
     ]
 
 
-def missing_scope(specs: Iterable[ToolSpec], caller: Caller, tool_name: str) -> str | None:
+def missing_scope(specs: Iterable[ToolSpec], caller: Connection, tool_name: str) -> str | None:
     """The scope a listed tool needs and the caller lacks; None otherwise.
 
     An unlisted tool yields None: calling it is an unknown-tool error, not a

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-PrincipalKind = Literal["user", "agent"]
+from contract.scopes import MEMORY_SCOPES
 
-MEMORY_SCOPES = ("memory.read", "memory.write", "memory.audit")
+PrincipalKind = Literal["user", "agent"]
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpapi.auth import bearer_challenge, presented_token, resource_metadata_url, resource_url
-from mcpapi.caller import ENDPOINTS, FULL_ENDPOINT, Caller, Endpoint, scope_with_caller
 from mcpapi.catalog import CATALOG, missing_scope
 from mcpapi.client import MEMORY_SCOPES, MemoryClientFactory, TokenVerifier, VerificationThrottled
+from mcpapi.connection import ENDPOINTS, FULL_ENDPOINT, Connection, Endpoint, scope_with_connection
 from mcpapi.ratelimit import RateLimiter
 from mcpapi.rpc import Refusal, read_message, revision_refusal
 from mcpapi.server import CallLimits, build_server
@@ -159,11 +159,11 @@ class Gateway:
         if refusal is not None:
             return refusal
         await self._managers[endpoint].handle_request(
-            scope_with_caller(scope, admitted), _replay(body, receive), _without_session_id(send)
+            scope_with_connection(scope, admitted), _replay(body, receive), _without_session_id(send)
         )
         return None
 
-    async def _admit(self, endpoint: Endpoint, scope: Scope, headers: Headers) -> Caller | Refusal:
+    async def _admit(self, endpoint: Endpoint, scope: Scope, headers: Headers) -> Connection | Refusal:
         """Everything decided before the body is read."""
         settings = self._settings
         origin = headers.get("origin")
@@ -196,7 +196,7 @@ class Gateway:
             headers={"Retry-After": str(retry_after)},
         )
 
-    def _inspect(self, caller: Caller, headers: Headers, body: bytes) -> Refusal | None:
+    def _inspect(self, caller: Connection, headers: Headers, body: bytes) -> Refusal | None:
         """One JSON-RPC message, an accepted revision, and the scope its tool needs."""
         message = read_message(body)
         if isinstance(message, Refusal):
@@ -210,7 +210,7 @@ class Gateway:
                 return self._insufficient_scope(caller.endpoint, message.tool_name, needed, message.id)
         return None
 
-    async def _authenticate(self, endpoint: Endpoint, headers: Headers) -> Caller | Refusal:
+    async def _authenticate(self, endpoint: Endpoint, headers: Headers) -> Connection | Refusal:
         presented = presented_token(headers)
         if presented.token is None:
             return self._unauthorized(endpoint, invalid=presented.sent, why="A bearer token is required")
@@ -234,7 +234,7 @@ class Gateway:
         if not principal.memory_scopes:
             # Any other token from the same issuer (a DCR registration token, say) opens nothing here.
             return self._unauthorized(endpoint, invalid=True, why="The token carries no memory scope")
-        return Caller(principal=principal, endpoint=endpoint)
+        return Connection(principal=principal, endpoint=endpoint)
 
     def _unauthorized(self, endpoint: Endpoint, *, invalid: bool, why: str) -> Refusal:
         challenge = bearer_challenge(

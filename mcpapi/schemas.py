@@ -2,14 +2,14 @@
 
 The same dictionaries are listed to clients and used to validate every call,
 so a limit cannot be advertised without being enforced or the reverse. The
-numbers are `mcpapi.limits`', which the memory domain enforces too.
+numbers are `contract.limits`', which the memory domain enforces too.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from mcpapi.limits import (
+from contract.limits import (
     AGENT_NAME_MAX_CHARS,
     AGENTS_MAX_ITEMS,
     CONTENT_MAX_CHARS,

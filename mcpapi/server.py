@@ -12,9 +12,9 @@ from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from mcpapi import __version__
-from mcpapi.caller import ENDPOINTS, Caller, Endpoint, caller_from_scope
 from mcpapi.catalog import CATALOG, ToolSpec, listed_tools
 from mcpapi.client import MemoryClientFactory
+from mcpapi.connection import ENDPOINTS, Connection, Endpoint, connection_from_scope
 from mcpapi.identity import assert_no_identity_fields
 from mcpapi.rpc import ACCEPTED_REVISIONS
 from mcpapi.tools import ToolCall, run_handler, tool_error
@@ -57,8 +57,8 @@ def build_server(
     assert_no_identity_fields(spec.tool for spec in tools)
     input_schemas: Mapping[str, Mapping[str, Any]] = {spec.name: spec.input_schema for spec in tools}
 
-    def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
-        caller = caller_from_scope(getattr(ctx.request, "scope", None))
+    def caller_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
+        caller = connection_from_scope(getattr(ctx.request, "scope", None))
         if caller is None or caller.endpoint != endpoint:
             # Only reachable if the server is mounted without the gateway in front.
             raise MCPError(code=UNAUTHENTICATED, message="No verified credential on this request")
@@ -85,7 +85,7 @@ def build_server(
             return tool_error(f"{spec.name} failed unexpectedly. Retry as a new request.")
 
     async def _call(
-        spec: ToolSpec, caller: Caller, arguments: Mapping[str, Any], listed: tuple[str, ...]
+        spec: ToolSpec, caller: Connection, arguments: Mapping[str, Any], listed: tuple[str, ...]
     ) -> types.CallToolResult:
         scope = spec.required_scope
         if scope is not None and scope not in caller.principal.scopes:

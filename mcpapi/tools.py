@@ -14,8 +14,8 @@ from uuid import UUID
 import anyio
 import mcp_types as types
 
-from mcpapi.caller import Caller
 from mcpapi.client import MemoryClient, MemoryServiceError
+from mcpapi.connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class UpstreamTimeout(Exception):
 
 @dataclass(frozen=True)
 class ToolCall:
-    caller: Caller
+    caller: Connection
     client: MemoryClient
     arguments: dict[str, Any]
     read_timeout: float

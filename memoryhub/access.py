@@ -1,24 +1,50 @@
-"""THE visibility rules of memoryhub, in one place.
+"""THE authority: every decision of who may see or do what in memoryhub.
 
-Who may see which fragment is written once, below, as a small rule tree
-(`visibility_rule`, `narrowing_rule`). The tree has two interpreters:
+Nothing else decides. Views, the review console, the REST APIs, the MCP
+adapter, management commands and tasks call the caller-first services, and the
+services ask this module. docs/architecture.md keeps the table "decision ->
+function here -> tests".
 
-* `Rule.q()` turns it into a Django `Q` that goes into the SQL of every index
-  query (pgvector and full-text), so the indexes only ever hand back rows the
-  caller may see;
-* `Rule.holds(facts)` evaluates it in Python against one loaded row, the check
-  every row passes again before it is served.
+Who is asking
+  `Caller` (a person, an agent, or the explicit `system_caller` a management
+  command acts as), built only from a verified principal or a signed-in person:
+  `caller_for_user`, `caller_for_agent`, `caller_from_principal`. `Operator` is
+  whoever runs the deployment's commands (creating a workspace).
 
-Because both come from the same tree, the two layers cannot drift apart by
-someone editing one and forgetting the other; because they are separate
-interpreters (SQL vs Python), a bug or a bypass in one is still caught by the
-other. Tests prove each layer on its own.
+Whether a credential's holder is still entitled
+  `token_holder`: one answer for the OAuth validator (refresh), the MCP token
+  verifier, the token exchange and the ingestion API's authentication.
+  `grantable_scopes`: what a client may ever be issued. `require_scope`: the
+  operation -> scope table of the contract (`contract.scopes`).
+
+What a caller may do
+  `is_admin` / `require_admin` (workspace administration, the review console),
+  `require_reviewer` / `require_decider` (proposals), `require_person`
+  (receipts, forgetting, the memory pages), `owns_fragment` / `own_fragments`
+  / `own_receipts` (owner rules, retired rows included).
+
+What a caller may see
+  The visibility rules are written once, below, as a small rule tree
+  (`visibility_rule`, `narrowing_rule`) with two interpreters:
+
+  * `Rule.q()` turns it into a Django `Q` that goes into the SQL of every
+    index query (pgvector and full-text), so the indexes only hand back rows
+    the caller may see;
+  * `Rule.holds(facts)` evaluates it in Python against one loaded row, the
+    check every row passes again before it is served.
+
+  Both come from the same tree, so the two layers cannot drift apart; being
+  separate interpreters (SQL vs Python), a bug in one is still caught by the
+  other. `may_read_collection` asks the same tree about a collection, and
+  `readable_documents` about documents: a fragment carries a document's title
+  and URI only for a reader who may read that document.
 
 The rules (decisions 4-7 of the spec):
 
 * nothing crosses tenants;
 * a private fragment is readable by its owner alone (owner_user for people,
-  owner_agent for agents); a workspace admin sees no one else's private memory;
+  owner_agent for agents); a workspace admin sees no one else's private memory,
+  and the system caller reads no memory at all;
 * a shared fragment (it has a collection) is readable when one of the roles the
   caller holds *now* is granted that collection by an access rule;
 * memory from a connected source (Fragment.source set, or contributed by an
@@ -33,16 +59,39 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Collection as CollectionOf
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
 
+from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
 from memoryhub.errors import PermissionDenied
-from memoryhub.models import AccessRule, Agent, Fragment, Membership, Role, Tenant, User
+from memoryhub.models import (
+    AccessRule,
+    Agent,
+    Collection,
+    Fragment,
+    Membership,
+    Proposal,
+    Resource,
+    Role,
+    Tenant,
+    User,
+)
 
-CallerKind = Literal["user", "agent"]
+if TYPE_CHECKING:
+    from oauth2_provider.models import Application
+
+CallerKind = Literal["user", "agent", "system"]
+
+# Agents never see memory_receipt (decision 2).
+AGENT_SCOPES = (MEMORY_READ, MEMORY_WRITE)
+# A connected source's credential opens the ingestion API and nothing else.
+INGEST_SCOPE = "ingest"
+__all__ = ["AGENT_SCOPES", "INGEST_SCOPE", "MEMORY_AUDIT", "MEMORY_READ", "MEMORY_SCOPES", "MEMORY_WRITE"]
 
 
 # --------------------------------------------------------------------------- callers
@@ -51,7 +100,11 @@ CallerKind = Literal["user", "agent"]
 @dataclass(frozen=True)
 class Caller:
     """Who is asking, as the domain sees it: built from a verified principal
-    (or a logged-in person in the web console), never from tool arguments."""
+    (or a signed-in person in the web console), never from tool arguments.
+
+    kind "system" is the deployment acting on a workspace (a management
+    command run by whoever operates it): it passes `require_admin` and reads
+    no memory."""
 
     tenant: Tenant
     kind: CallerKind
@@ -63,41 +116,66 @@ class Caller:
 
     def __post_init__(self) -> None:
         if (self.kind == "user") != (self.user is not None) or (self.kind == "agent") != (self.agent is not None):
-            raise ValueError("a caller is either a person or an agent")
+            raise ValueError("a caller is a person, an agent, or the system")
         if not self.subject:
             object.__setattr__(self, "subject", self.default_subject)
 
     @property
     def default_subject(self) -> str:
-        # The same form memoryhub.token_verifier puts in a principal.
+        # The same form the token verifier puts in a principal.
         if self.user is not None:
             return f"user:{self.user.username}"
-        assert self.agent is not None
-        return f"agent:{self.agent.name}"
+        if self.agent is not None:
+            return f"agent:{self.agent.name}"
+        return "system"
 
     @property
     def principal_key(self) -> str:
         """A stable key for per-principal records (idempotency): ids, not names."""
         if self.user is not None:
             return f"user:{self.user.pk}"
-        assert self.agent is not None
-        return f"agent:{self.agent.pk}"
+        if self.agent is not None:
+            return f"agent:{self.agent.pk}"
+        return "system"
 
     @property
     def display_name(self) -> str:
         if self.user is not None:
             return self.user.username
-        assert self.agent is not None
-        return self.agent.name
+        if self.agent is not None:
+            return self.agent.name
+        return "system"
+
+
+@dataclass(frozen=True)
+class Operator:
+    """Whoever runs the deployment's own commands (`manage.py`): the only one
+    who creates workspaces. No interface reachable from the network has one."""
+
+    name: str = "operator"
+
+
+OPERATOR = Operator()
+
+
+def system_caller(*, tenant: Tenant) -> Caller:
+    """The explicit caller a management command acts as on `tenant` when no
+    named admin is given. It administers; it never reads or writes memory."""
+    return Caller(tenant=tenant, kind="system", client_id="manage.py")
+
+
+def person_membership(user: User) -> Membership | None:
+    """The membership that makes `user` a live person of their workspace, or None."""
+    if not user.is_active or user.tenant_id is None:
+        return None
+    return Membership.objects.select_related("tenant").filter(user=user, tenant_id=user.tenant_id).first()
 
 
 def caller_for_user(*, user: User, client_id: str = "", subject: str = "") -> Caller:
     """A person acting in their own workspace. Refuses people without one."""
-    if not user.is_active or user.tenant_id is None:
-        raise PermissionDenied("This person has no active place in a workspace.")
-    membership = Membership.objects.select_related("tenant").filter(user=user, tenant_id=user.tenant_id).first()
+    membership = person_membership(user)
     if membership is None:
-        raise PermissionDenied("This person is not a member of their workspace.")
+        raise PermissionDenied("This person has no active place in a workspace.")
     return Caller(tenant=membership.tenant, kind="user", user=user, client_id=client_id, subject=subject)
 
 
@@ -113,11 +191,11 @@ def caller_for_agent(*, agent: Agent, client_id: str = "", subject: str = "") ->
 def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: str) -> Caller:
     """The domain caller for a verified token's principal.
 
-    Subjects have the form memoryhub.token_verifier gives them: "user:<username>"
-    for a person, "agent:<name>" for an agent. An agent is found by the OAuth
-    client its credentials belong to and must carry its own name as subject.
-    Whatever the token says, the person or agent must belong to the token's
-    tenant: a mismatch is refused, never resolved to someone else.
+    Subjects have the form `token_holder` gives them: "user:<username>" for a
+    person, "agent:<name>" for an agent. An agent is found by the OAuth client
+    its credentials belong to and must carry its own name as subject. Whatever
+    the token says, the person or agent must belong to the token's tenant: a
+    mismatch is refused, never resolved to someone else.
     """
     tenant_obj = _tenant(tenant)
     prefix, _, name = subject.partition(":")
@@ -148,10 +226,179 @@ def _tenant(value: str) -> Tenant:
     return tenant
 
 
-def caller_is_admin(caller: Caller) -> bool:
+# --------------------------------------------------------------------------- credentials: liveness and scopes
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who an OAuth token stands for, while they are still entitled to it."""
+
+    tenant: Tenant
+    kind: Literal["user", "agent", "source"]
+    user: User | None = None
+    agent: Agent | None = None
+    # The most this holder may hold today (a token's own scopes are cut to these).
+    scopes: frozenset[str] = frozenset()
+
+    @property
+    def subject(self) -> str:
+        if self.user is not None:
+            return f"user:{self.user.username}"
+        assert self.agent is not None
+        return f"{'source' if self.kind == 'source' else 'agent'}:{self.agent.name}"
+
+
+def agent_of(application: Application | None) -> Agent | None:
+    """The agent or connected source whose client `application` is, if any."""
+    if application is None or application.pk is None:
+        return None
+    return Agent.objects.select_related("tenant").filter(application=application).first()
+
+
+def _agent_scopes(agent: Agent) -> frozenset[str]:
+    if agent.revoked_at is not None:
+        return frozenset()
+    if agent.kind == Agent.Kind.SOURCE:
+        return agent.scope_set & {INGEST_SCOPE}
+    return agent.scope_set & frozenset(AGENT_SCOPES)
+
+
+def grantable_scopes(application: Application | None) -> frozenset[str]:
+    """Everything `application` may ever be issued: a client people authorise
+    may ask for the memory scopes; an agent what its admin granted (never
+    memory.audit); a connected source `ingest` only; a revoked one nothing."""
+    from oauth2_provider.models import Application as ApplicationModel
+
+    if application is None:
+        return frozenset(MEMORY_SCOPES)
+    agent = agent_of(application)
+    if agent is not None:
+        return _agent_scopes(agent)
+    if application.authorization_grant_type == ApplicationModel.GRANT_AUTHORIZATION_CODE:
+        return frozenset(MEMORY_SCOPES)
+    return frozenset()
+
+
+def token_holder(*, application: Application | None, user: User | None) -> Holder | None:
+    """Who a token issued to `application` (for `user`, when a person
+    authorised it) stands for now, or None when nobody is entitled to it any
+    more: a revoked agent or source, a deactivated person, a person who left
+    their workspace. Checked on every use of a token, not only when issued."""
+    agent = agent_of(application)
+    if agent is not None:
+        if agent.revoked_at is not None:
+            return None
+        kind: Literal["agent", "source"] = "source" if agent.kind == Agent.Kind.SOURCE else "agent"
+        return Holder(tenant=agent.tenant, kind=kind, agent=agent, scopes=_agent_scopes(agent))
+    if application is None or user is None:
+        return None
+    membership = person_membership(user)
+    if membership is None:
+        return None
+    return Holder(tenant=membership.tenant, kind="user", user=user, scopes=frozenset(MEMORY_SCOPES))
+
+
+def require_scope(scopes: CollectionOf[str], operation: str) -> None:
+    """Refuse `operation` to a credential without the scope it needs."""
+    needed = OPERATION_SCOPES[operation]
+    if needed is not None and needed not in scopes:
+        raise InsufficientScope(needed)
+
+
+class InsufficientScope(PermissionDenied):
+    code = "insufficient_scope"
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"This credential was not granted the {scope} scope.")
+        self.scope = scope
+
+
+# --------------------------------------------------------------------------- what a caller may do
+
+
+def is_admin(caller: Caller) -> bool:
+    """A workspace admin of the caller's own workspace (or the system caller)."""
+    if caller.kind == "system":
+        return True
     if caller.user is None:
         return False
     return Membership.objects.filter(user=caller.user, tenant=caller.tenant, is_admin=True).exists()
+
+
+def require_admin(caller: Caller) -> Tenant:
+    """Workspace administration and the review console: admins of this
+    workspace only (agents never). Returns the workspace they administer."""
+    if not is_admin(caller):
+        raise PermissionDenied("Only a workspace admin can do this.")
+    return caller.tenant
+
+
+def require_operator(operator: Operator) -> None:
+    if not isinstance(operator, Operator):
+        raise PermissionDenied("Only the deployment's operator can do this.")
+
+
+def require_person(caller: Caller, *, what: str = "this") -> User:
+    """Receipts, forgetting and the memory pages are people's (decision 2,
+    contract 001: no deletion through an AI client)."""
+    if caller.kind != "user" or caller.user is None:
+        raise PermissionDenied(f"Only people can do {what}.")
+    return caller.user
+
+
+def require_reviewer(caller: Caller) -> Tenant:
+    """Seeing the review queue and its previews: a workspace admin. Every
+    fragment an agent owns became memory through this console's approval, so
+    showing the agent's memory to the workspace's admins in a preview reveals
+    nothing they were not already shown."""
+    if caller.kind == "agent":
+        raise PermissionDenied("Agents cannot review proposals; a workspace admin decides them.")
+    return require_admin(caller)
+
+
+def require_decider(caller: Caller, proposal: Proposal) -> None:
+    """Approving or rejecting: a person who administers the proposal's
+    workspace, and never the proposal's own author."""
+    if caller.kind != "user":
+        raise PermissionDenied("Agents cannot approve or reject proposals; a workspace admin decides them.")
+    require_admin(caller)
+    if proposal.tenant_id != caller.tenant.pk:
+        raise PermissionDenied("This proposal belongs to another workspace.")
+
+
+def owns_fragment(caller: Caller, fragment: Fragment) -> bool:
+    """The owner rule: a fragment is one's own when one owns it privately, live
+    or retired (retired rows are one's history, never anyone else's)."""
+    if fragment.tenant_id != caller.tenant.pk:
+        return False
+    if caller.user is not None:
+        return fragment.owner_user_id == caller.user.pk
+    if caller.agent is not None:
+        return fragment.owner_agent_id == caller.agent.pk
+    return False
+
+
+def own_fragments(caller: Caller) -> Q:
+    """The caller's own private fragments, retired ones included (SQL form of `owns_fragment`)."""
+    if caller.user is not None:
+        return Q(tenant=caller.tenant, owner_user=caller.user)
+    if caller.agent is not None:
+        return Q(tenant=caller.tenant, owner_agent=caller.agent)
+    return Q(pk__in=[])
+
+
+def own_receipts(caller: Caller) -> Q:
+    """The serving receipts one may reopen: one's own reads, a person's only
+    (agents never see memory_receipt)."""
+    user = require_person(caller, what="reopen receipts")
+    return Q(tenant=caller.tenant, reader_user=user)
+
+
+def agent_memory_for_review(caller: Caller, agent: Agent) -> QuerySet[Fragment]:
+    """An agent's private memory, as the review console shows it beside a
+    proposal it would merge into or supersede (see `require_reviewer`)."""
+    tenant = require_reviewer(caller)
+    return Fragment.objects.filter(tenant=tenant, owner_agent=agent)
 
 
 # --------------------------------------------------------------------------- role audience
@@ -166,7 +413,9 @@ class Audience:
     collection_ids: frozenset[int]
 
 
-def audience_for(caller: Caller) -> Audience:
+def role_audience(caller: Caller) -> Audience:
+    if caller.kind == "system":
+        return Audience(role_names=(), collection_ids=frozenset())
     if caller.user is not None:
         roles = list(Role.objects.filter(tenant=caller.tenant, memberships__user=caller.user,
                                          memberships__tenant=caller.tenant))
@@ -315,6 +564,19 @@ class NoneOf(Rule):
 
 
 @dataclass(frozen=True)
+class Nothing(Rule):
+    """Refuses every row (the system caller's visibility)."""
+
+    label: str = "reads no memory"
+
+    def q(self) -> Q:
+        return Q(pk__in=[])
+
+    def holds(self, facts: Facts) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
 class And(Rule):
     rules: tuple[Rule, ...]
     label: str = ""
@@ -380,6 +642,8 @@ def visibility_rule(
     *, caller: Caller, audience: Audience, as_of: dt.datetime, named_agent_ids: frozenset[int] = frozenset()
 ) -> Rule:
     """What this caller may see at `as_of`, before any narrowing filter."""
+    if caller.kind == "system":
+        return Nothing()
     readable = In("collection_id", audience.collection_ids)
     clauses: list[Rule] = [Labelled("other tenant", Eq("tenant_id", caller.tenant.pk)), as_of_rule(as_of)]
     if caller.user is not None:
@@ -430,6 +694,7 @@ class ReadPolicy:
     as_of: dt.datetime
     visibility: Rule
     narrowing: Rule
+    named_agent_ids: frozenset[int] = frozenset()
     rule: Rule = field(init=False)
 
     def __post_init__(self) -> None:
@@ -443,6 +708,11 @@ class ReadPolicy:
         """Layer 2: why this loaded row may not be served, or None when it may."""
         return self.rule.first_failure(fragment_facts(fragment))
 
+    def unnarrowed(self) -> ReadPolicy:
+        """The same read without the caller's filters (what is visible at all)."""
+        return ReadPolicy(caller=self.caller, audience=self.audience, as_of=self.as_of, visibility=self.visibility,
+                          narrowing=And(()), named_agent_ids=self.named_agent_ids)
+
 
 def read_policy(
     *,
@@ -454,7 +724,9 @@ def read_policy(
     created_before: dt.datetime | None = None,
     audience: Audience | None = None,
 ) -> ReadPolicy:
-    audience = audience or audience_for(caller)
+    if caller.kind == "system":
+        raise PermissionDenied("The system caller administers workspaces; it reads no memory.")
+    audience = audience or role_audience(caller)
     named = agent_ids_named(tenant=caller.tenant, names=agents)
     return ReadPolicy(
         caller=caller,
@@ -467,6 +739,7 @@ def read_policy(
             created_after=created_after,
             created_before=created_before,
         ),
+        named_agent_ids=named,
     )
 
 
@@ -489,6 +762,17 @@ def fragment_facts(fragment: Fragment) -> dict[str, Any]:
     }
 
 
+def _collection_facts(collection: Collection, instant: dt.datetime) -> dict[str, Any]:
+    """The facts of a live fragment of `collection` contributed by no connected
+    source: what "may read this collection" means in the rule tree's terms."""
+    return {
+        "pk": None, "tenant_id": collection.tenant_id, "owner_user_id": None, "owner_agent_id": None,
+        "collection_id": collection.pk, "source_id": None, "source__agent_id": None,
+        "recorded_at": instant, "retired_at": None, "created_at": instant,
+        "agent_links": [], "resource_links": [],
+    }
+
+
 def with_access_facts(queryset):  # type: ignore[no-untyped-def]
     return queryset.select_related("source__agent").prefetch_related("agents", "resources")
 
@@ -497,7 +781,73 @@ def fragment_readable(*, policy: ReadPolicy, fragment: Fragment) -> bool:
     return policy.refusal(fragment) is None
 
 
-def visible_fragments(policy: ReadPolicy):  # type: ignore[no-untyped-def]
+def visible_fragments(policy: ReadPolicy) -> QuerySet[Fragment]:
     """The queryset of everything this read may return (both layers still apply
     to what is served from it)."""
     return Fragment.objects.filter(policy.queryset_filter())
+
+
+def fragments_shown_to(caller: Caller, fragments: Iterable[Fragment]) -> list[Fragment]:
+    """Of these fragments (loaded with `with_access_facts`), the ones a
+    person's pages may show: their own (live or retired), or ones today's
+    access rules let them read now."""
+    shown, policy = [], None
+    for fragment in fragments:
+        if owns_fragment(caller, fragment):
+            shown.append(fragment)
+        elif caller.kind != "system":
+            policy = policy or read_policy(caller=caller, as_of=timezone.now())
+            if fragment_readable(policy=policy, fragment=fragment):
+                shown.append(fragment)
+    return shown
+
+
+def may_read_collection(caller: Caller, collection: Collection, *, audience: Audience | None = None) -> bool:
+    """Whether `caller` may read the shared memory of `collection` now (the
+    admin's two checks, "who can read this" and "what can this person read")."""
+    if caller.kind == "system" or collection.tenant_id != caller.tenant.pk:
+        return False
+    instant = timezone.now()
+    rule = visibility_rule(caller=caller, audience=audience or role_audience(caller), as_of=instant)
+    return rule.holds(_collection_facts(collection, instant))
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def readable_documents(
+    caller: Caller, resource_ids: Iterable[int], *, named_agent_ids: frozenset[int] = frozenset(),
+    audience: Audience | None = None,
+) -> frozenset[int]:
+    """Of these documents (Resource ids), the ones `caller` may read now: a live
+    shared fragment of the document is visible to them under today's rules.
+
+    A fragment carries a document's title and URI only for a reader who may
+    read the document, both when a write is linked to a document (enrichment)
+    and again whenever it is served, so a reader who loses the collection stops
+    seeing the title at once. Everyone else gets the id the writer gave and
+    nothing else: an unknown id and a forbidden one look the same."""
+    wanted = frozenset(resource_ids)
+    if not wanted or caller.kind == "system":
+        return frozenset()
+    instant = timezone.now()
+    rule = visibility_rule(caller=caller, audience=audience or role_audience(caller), as_of=instant,
+                           named_agent_ids=named_agent_ids)
+    links = Fragment.resources.through.objects.filter(
+        resource_id__in=sorted(wanted),
+        fragment__in=Fragment.objects.filter(rule.q(), collection__isnull=False).values("pk"),
+    )
+    return frozenset(links.values_list("resource_id", flat=True).distinct())
+
+
+def document_to_link(caller: Caller, reference: str) -> Resource | None:
+    """The document of the caller's workspace that `reference` (an external id or
+    a URI the writer gave) names, when the caller may read it; else None."""
+    if not reference:
+        return None
+    candidates = list(
+        Resource.objects.filter(tenant=caller.tenant, deleted_at__isnull=True)
+        .filter(Q(external_id=reference) | Q(uri=reference)).order_by("pk")
+    )
+    readable = readable_documents(caller, [resource.pk for resource in candidates])
+    return next((resource for resource in candidates if resource.pk in readable), None)

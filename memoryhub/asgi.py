@@ -9,6 +9,6 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_app = get_asgi_application()
 
-from memoryhub.mcp_wiring import build_asgi_application  # noqa: E402
+from memoryhub.mcp_adapter.wiring import build_asgi_application  # noqa: E402
 
 application = build_asgi_application(django_app)

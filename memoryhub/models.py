@@ -13,11 +13,13 @@ import secrets
 import uuid
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, UserManager
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
@@ -56,10 +58,35 @@ class Tenant(models.Model):
         return self.name
 
 
-class User(AbstractUser):
-    """A person. Belongs to at most one workspace; superusers may belong to none."""
+class PersonManager(UserManager):
+    def get_by_natural_key(self, username):  # type: ignore[no-untyped-def]
+        # Login names are unique per workspace; Django's own sign-in paths (the
+        # Django admin, createsuperuser) name accounts of no workspace only.
+        # People sign in with their workspace (memoryhub.oauth.backends).
+        return self.get(tenant__isnull=True, username=username)
 
+
+class User(AbstractUser):
+    """A person. Belongs to at most one workspace; superusers may belong to none.
+
+    A login name is unique within its workspace (case-insensitively), not across
+    workspaces: an admin adding "dana" learns nothing about other workspaces."""
+
+    username = models.CharField(
+        "username", max_length=150, validators=[UnicodeUsernameValidator()],
+        help_text="Unique within the workspace. Letters, digits and @/./+/-/_ only.",
+    )
     tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="users")
+
+    objects = PersonManager()  # type: ignore[misc]
+
+    class Meta(AbstractUser.Meta):
+        swappable = "AUTH_USER_MODEL"
+        constraints = [
+            models.UniqueConstraint(Lower("username"), "tenant", name="user_unique_login_per_workspace"),
+            models.UniqueConstraint(Lower("username"), condition=Q(tenant__isnull=True),
+                                    name="user_unique_login_without_workspace"),
+        ]
 
 
 class Role(models.Model):
@@ -331,6 +358,10 @@ class Receipt(models.Model):
     as_of_explicit = models.BooleanField(default=False)
     served = models.JSONField(default=list, help_text="Fragment ids served, in rank order.")
     abstained = models.BooleanField(default=False)
+    budget = models.CharField(
+        max_length=32, blank=True,
+        help_text="The result budget the served list was cut to (e.g. the MCP tool result's); a replay applies it.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

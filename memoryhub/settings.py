@@ -1,5 +1,5 @@
 """memoryhub settings: everything comes from the environment; with nothing set it
-boots on the embedded defaults (see memoryhub/embedded.py and the README's
+boots on the embedded defaults (see memoryhub/runtime/embedded.py and the README's
 configuration table)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from memoryhub import embedded
+from memoryhub.runtime import embedded
 
 
 def envbool(name: str, default: str = "False") -> bool:
@@ -74,6 +74,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "memoryhub.pages.errors.DomainErrorMiddleware",
+]
+
+# People sign in with their workspace (login names are unique per workspace);
+# accounts of no workspace (superusers) through Django's own backend.
+AUTHENTICATION_BACKENDS = [
+    "memoryhub.oauth.signin.WorkspaceBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "memoryhub.urls"
@@ -151,6 +159,9 @@ else:
 _default_db["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME") or None}
 DATABASES = {"default": _default_db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Login names are unique per workspace, not globally (memoryhub.models.User); the
+# workspace-aware backend (memoryhub.oauth.signin) handles that, as W004 asks.
+SILENCED_SYSTEM_CHECKS = ["auth.W004"]
 
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 CACHES = {
@@ -228,12 +239,12 @@ SPECTACULAR_SETTINGS = {"TITLE": "memoryhub API", "VERSION": "1", "SERVE_INCLUDE
 
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
 # The authorisation server. The policy (audience, scopes per client, lifetimes,
-# redirect rules) lives in memoryhub/oauth.py; this wires it in and turns on the
+# redirect rules) lives in memoryhub/oauth/policy.py; this wires it in and turns on the
 # RFC 9700 behaviour. Durations are in seconds.
 OAUTH2_PROVIDER = {
-    "OAUTH2_VALIDATOR_CLASS": "memoryhub.oauth.OAuth2Validator",
-    "OAUTH2_SERVER_CLASS": "memoryhub.oauth.Server",
-    "SCOPES_BACKEND_CLASS": "memoryhub.oauth.ScopePolicy",
+    "OAUTH2_VALIDATOR_CLASS": "memoryhub.oauth.policy.OAuth2Validator",
+    "OAUTH2_SERVER_CLASS": "memoryhub.oauth.policy.Server",
+    "SCOPES_BACKEND_CLASS": "memoryhub.oauth.policy.ScopePolicy",
     "SCOPES": {
         "memory.read": "Search the memory you can see",
         "memory.write": "Save facts as your private memory",
@@ -243,7 +254,7 @@ OAUTH2_PROVIDER = {
         "registration": "Internal: manage a dynamically registered client",
     },
     "DEFAULT_SCOPES": ["memory.read"],
-    # People; memoryhub.oauth.Server gives client-credentials tokens (agents) 3600.
+    # People; memoryhub.oauth.policy.Server gives client-credentials tokens (agents) 3600.
     "ACCESS_TOKEN_EXPIRE_SECONDS": 15 * 60,
     "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
     # Idle limit: a refresh chain unused for 30 days ends.
@@ -253,7 +264,7 @@ OAUTH2_PROVIDER = {
     "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
     "PKCE_REQUIRED": True,
     "REQUEST_APPROVAL_PROMPT": "force",
-    # http stays for loopback redirect URIs (RFC 8252); memoryhub.oauth refuses other http hosts.
+    # http stays for loopback redirect URIs (RFC 8252); memoryhub.oauth.policy refuses other http hosts.
     "ALLOWED_REDIRECT_URI_SCHEMES": ["https", "http"],
     "ALLOW_URI_WILDCARDS": False,
     "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
@@ -271,14 +282,14 @@ OAUTH2_PROVIDER = {
     "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token", "client_credentials"],
     "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_basic", "client_secret_post"],
     "OAUTH2_PROTECTED_RESOURCE_NAME": "memoryhub",
-    # Open registration for public MCP clients (memoryhub.oauth_views.register_client
+    # Open registration for public MCP clients (memoryhub.oauth.views.RegisterClientView
     # enforces the policy); the registration token manages that one client only.
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
     "DCR_REGISTRATION_SCOPE": "registration",
     "DCR_REGISTRATION_TOKEN_EXPIRE_SECONDS": 90 * 24 * 3600,
     "CIMD_ENABLED": True,
-    "CIMD_METADATA_FETCHER": "memoryhub.oauth.ClientMetadataFetcher",
+    "CIMD_METADATA_FETCHER": "memoryhub.oauth.policy.ClientMetadataFetcher",
 }
 
 # The memory domain's knobs.
@@ -291,7 +302,7 @@ MEMORYHUB_RATE_PER_MINUTE = envint("MEMORYHUB_RATE_PER_MINUTE", 60)
 MEMORYHUB_RATE_BURST = envint("MEMORYHUB_RATE_BURST", 10)
 MEMORYHUB_ALLOWED_ORIGINS = envlist("MEMORYHUB_ALLOWED_ORIGINS", BASE_URL)
 
-# Edge deployment (memoryhub/token_exchange.py, memoryhub/internal_api.py): edge
+# Edge deployment (memoryhub/oauth/exchange.py, memoryhub/mcp_adapter/internal_api.py): edge
 # processes exchange each caller's token for a short-lived memory-service
 # credential and call /internal/memory/*. Both stay off in a single process.
 MEMORYHUB_INTERNAL_API = envbool("MEMORYHUB_INTERNAL_API")

@@ -1,30 +1,36 @@
-"""Celery tasks: thin wrappers that load by id and call one service.
+"""Celery tasks, the only tasks module: thin wrappers that load by id and call
+one service (memoryhub.services.enrichment).
 
-Tasks are acknowledged after they run (settings: CELERY_TASK_ACKS_LATE) and
-the services they call are idempotent, so a redelivered task is harmless.
+Tasks are acknowledged after they run and rejected when a worker is lost
+(settings: CELERY_TASK_ACKS_LATE, CELERY_TASK_REJECT_ON_WORKER_LOST), so a
+killed worker's task is delivered again; the services only fill vectors that
+are still empty and links that are still missing, so a second delivery
+repeats nothing. Services enqueue by the names below, after commit.
 """
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from memoryhub.services.enrichment import fragments_embed_missing, fragments_enrich
+from memoryhub.services import enrichment
+
+_RETRY = {"autoretry_for": (Exception,), "retry_backoff": 5, "retry_backoff_max": 600, "retry_jitter": True}
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(Exception,),
-    retry_backoff=5,
-    retry_backoff_max=600,
-    retry_jitter=True,
-    max_retries=8,
-)
+@shared_task(name=enrichment.ENRICH_TASK, acks_late=True, reject_on_worker_lost=True, max_retries=8, **_RETRY)
 def enrich_fragments(fragment_ids: list[str]) -> dict[str, int]:
-    """Tier 2 for fresh writes: embed and link resources."""
-    return fragments_enrich(fragment_ids=fragment_ids)
+    """Tier 2 for fresh writes: embed and link named documents."""
+    return enrichment.fragments_enrich(fragment_ids=fragment_ids)
 
 
-@shared_task(acks_late=True, autoretry_for=(Exception,), retry_backoff=30, retry_backoff_max=1800, max_retries=5)
+@shared_task(name=enrichment.EMBED_SOURCE_TASK, ignore_result=True, acks_late=True, reject_on_worker_lost=True,
+             max_retries=10, **_RETRY)
+def embed_source_fragments(source_id: int) -> int:
+    """Tier 2 for a connected source: embed its fragments still without a vector."""
+    return enrichment.source_embedding_run(source_id=source_id).embedded
+
+
+@shared_task(name="memoryhub.tasks.embed_missing_fragments", acks_late=True, max_retries=5, **_RETRY)
 def embed_missing_fragments(max_batches: int = 50) -> int:
-    """Sweep: embed any fragment a failed enrichment left without a vector."""
-    return fragments_embed_missing(max_batches=max_batches)
+    """Sweep: embed any fragment a lost or failed task left without a vector."""
+    return enrichment.fragments_embed_missing(max_batches=max_batches)

@@ -6,11 +6,9 @@ import uuid
 
 from django import forms
 
-from memoryhub.models import Agent, Proposal, Tenant
-from memoryhub.services import limits
-from memoryhub.services.review import AGE_FILTERS
-
-REASON_MAX_CHARS = 1000
+from contract import limits
+from memoryhub.models import Proposal
+from memoryhub.services.proposals import AGE_FILTERS, REASON_MAX_CHARS
 
 
 def set_choices(field: forms.Field, choices: list) -> None:
@@ -18,9 +16,8 @@ def set_choices(field: forms.Field, choices: list) -> None:
     field.choices = choices
 
 
-def _agent_choices(tenant: Tenant) -> list[tuple[str, str]]:
-    names = Agent.objects.filter(tenant=tenant, kind=Agent.Kind.ASSISTANT).values_list("name", flat=True)
-    return [("", "Any agent"), *((name, name) for name in names)]
+def _agent_choices(agents: list[str]) -> list[tuple[str, str]]:
+    return [("", "Any agent"), *((name, name) for name in agents)]
 
 
 class QueueFilterForm(forms.Form):
@@ -30,9 +27,9 @@ class QueueFilterForm(forms.Form):
         choices=[("", "Any time"), *((key, label) for key, (label, _) in AGE_FILTERS.items())],
     )
 
-    def __init__(self, *args, tenant: Tenant, **kwargs):
+    def __init__(self, *args, agents: list[str], **kwargs):
         super().__init__(*args, **kwargs)
-        set_choices(self.fields["agent"], _agent_choices(tenant))
+        set_choices(self.fields["agent"], _agent_choices(agents))
 
 
 class HistoryFilterForm(forms.Form):
@@ -42,9 +39,9 @@ class HistoryFilterForm(forms.Form):
         choices=[("", "Any decision"), (Proposal.State.APPROVED, "Approved"), (Proposal.State.REJECTED, "Rejected")],
     )
 
-    def __init__(self, *args, tenant: Tenant, **kwargs):
+    def __init__(self, *args, agents: list[str], **kwargs):
         super().__init__(*args, **kwargs)
-        set_choices(self.fields["agent"], _agent_choices(tenant))
+        set_choices(self.fields["agent"], _agent_choices(agents))
 
 
 class ApproveForm(forms.Form):

@@ -1,6 +1,7 @@
 """The review console: a workspace admin decides the agent proposals of their
 own workspace. Views parse input, call one service and render; who may do
-what is decided by `_admin_caller` and the services behind it."""
+what is memoryhub.access's (`require_reviewer`, `require_decider`), asked by
+the services in memoryhub.services.proposals."""
 
 from __future__ import annotations
 
@@ -8,47 +9,27 @@ import uuid
 from collections.abc import Iterable
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryhub import errors
-from memoryhub.access import Caller, caller_for_user, caller_is_admin
-from memoryhub.models import Proposal, User
-from memoryhub.services import review
+from memoryhub.access import Caller
+from memoryhub.models import Proposal
+from memoryhub.pages.callers import SignedInRequest, admin_caller, login_required
+from memoryhub.services import proposals as review
 from memoryhub.services.proposals import proposal_approve, proposal_reject
 from reviews.forms import ApproveForm, BulkForm, HistoryFilterForm, QueueFilterForm, RejectForm
 
 PAGE_SIZE = 20
 
 
-class SignedInRequest(HttpRequest):
-    user: User  # login_required guarantees it
-
-
-def _admin_caller(request: SignedInRequest) -> Caller:
-    """The signed-in person as a caller, when they administer their workspace.
-    Everyone else (members, people of no workspace) is refused."""
-    try:
-        caller = caller_for_user(user=request.user)
-    except errors.MemoryhubError:
-        raise PermissionDenied("Only workspace admins review proposals.") from None
-    if not caller_is_admin(caller):
-        raise PermissionDenied("Only workspace admins review proposals.")
-    return caller
-
-
 def _get_proposal_for_admin(request: SignedInRequest, proposal_id: uuid.UUID) -> tuple[Caller, Proposal]:
-    caller = _admin_caller(request)
-    try:
-        return caller, review.proposal_get(caller=caller, proposal_id=proposal_id)
-    except errors.NotFound:
-        # Another workspace's proposal and one that never existed look the same.
-        raise Http404("No such proposal in your workspace.") from None
+    caller = admin_caller(request)
+    # Another workspace's proposal and one that never existed look the same (404).
+    return caller, review.proposal_get(caller=caller, proposal_id=proposal_id)
 
 
 def _text(errors_: Iterable[object]) -> str:
@@ -76,8 +57,8 @@ def _query_without_page(request: HttpRequest) -> str:
 @require_GET
 @login_required
 def queue(request: SignedInRequest) -> HttpResponse:
-    caller = _admin_caller(request)
-    filters = QueueFilterForm(request.GET, tenant=caller.tenant)
+    caller = admin_caller(request)
+    filters = QueueFilterForm(request.GET, agents=review.proposal_agents(caller=caller))
     chosen = filters.cleaned_data if filters.is_valid() else {}
     page = _page(request, review.proposals_queue(caller=caller, agent=chosen.get("agent", ""),
                                                  age=chosen.get("age", "")))
@@ -136,7 +117,7 @@ def approve(request: SignedInRequest, proposal_id: uuid.UUID) -> HttpResponse:
         messages.error(request, exc.message)
         return _back(request)
     messages.success(request, f"Approved {proposal.agent.name}'s proposal{' as edited' if edited else ''}: "
-                              f"{result.get('outcome', '')}")
+                              f"{result.summary}")
     return _back(request)
 
 
@@ -160,7 +141,7 @@ def reject(request: SignedInRequest, proposal_id: uuid.UUID) -> HttpResponse:
 @require_POST
 @login_required
 def bulk(request: SignedInRequest) -> HttpResponse:
-    caller = _admin_caller(request)
+    caller = admin_caller(request)
     form = BulkForm(request.POST)
     if not form.is_valid():
         for field_errors in form.errors.values():
@@ -188,8 +169,8 @@ def bulk(request: SignedInRequest) -> HttpResponse:
 @require_GET
 @login_required
 def history(request: SignedInRequest) -> HttpResponse:
-    caller = _admin_caller(request)
-    filters = HistoryFilterForm(request.GET, tenant=caller.tenant)
+    caller = admin_caller(request)
+    filters = HistoryFilterForm(request.GET, agents=review.proposal_agents(caller=caller))
     chosen = filters.cleaned_data if filters.is_valid() else {}
     page = _page(request, review.proposals_decided(caller=caller, agent=chosen.get("agent", ""),
                                                    state=chosen.get("state", "")))

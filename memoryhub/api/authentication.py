@@ -5,12 +5,12 @@ DOT itself (OAuth2Authentication → OAuthLibCore → our OAuth2Validator, which
 finds tokens by checksum since they are stored hashed). On top of that:
 
 - the token must carry the `ingest` scope (403 insufficient_scope otherwise);
-- its client must belong to an agent of kind `source`, not revoked, whose
-  admin still grants it `ingest`, with its Source row (403 otherwise).
+- its holder must still be a live connected source whose admin grants it
+  `ingest` (memoryhub.access.token_holder; 403 otherwise).
 
 A token issued for an MCP resource (/mcp, /mcp/readonly) fails DOT's audience
 check here, and an ingest token carries no audience and no memory scope, so
-it opens no MCP tool (memoryhub.token_verifier): the two never mix.
+it opens no MCP tool (memoryhub.oauth.tokens): the two never mix.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from oauth2_provider.contrib.rest_framework import OAuth2Authentication
 from oauth2_provider.oauth2_backends import get_oauthlib_core
 from rest_framework import exceptions, status
 
-from memoryhub.models import Agent, Source
-from memoryhub.services.workspaces import INGEST_SCOPE
+from memoryhub import access
+from memoryhub.access import INGEST_SCOPE
+from memoryhub.models import Source
 
 
 @dataclass(frozen=True)
@@ -62,17 +63,15 @@ class IngestTokenAuthentication(OAuth2Authentication):
                                         **getattr(oauthlib_request, "oauth2_error", {})}
                 raise exceptions.AuthenticationFailed("The access token is invalid, expired or not for this API.")
             return None  # no credentials at all: DRF answers 401 with our challenge
-        access = oauthlib_request.access_token
-        if INGEST_SCOPE not in access.scope.split():
+        token = oauthlib_request.access_token
+        if INGEST_SCOPE not in token.scope.split():
             raise InsufficientScope()
-        agent = (
-            Agent.objects.select_related("tenant", "source", "source__agent")
-            .filter(application_id=access.application_id, kind=Agent.Kind.SOURCE, revoked_at__isnull=True)
-            .first()
-        )
-        if agent is None or INGEST_SCOPE not in agent.scope_set or not hasattr(agent, "source"):
+        holder = access.token_holder(application=token.application, user=token.user)
+        source = (Source.objects.select_related("tenant", "agent").filter(agent=holder.agent).first()
+                  if holder is not None and holder.kind == "source" and INGEST_SCOPE in holder.scopes else None)
+        if source is None:
             raise exceptions.PermissionDenied("This token does not belong to a connected source of a workspace.")
-        return SourcePrincipal(source=agent.source, client_id=access.application.client_id), access
+        return SourcePrincipal(source=source, client_id=token.application.client_id), token
 
 
 def _has_bearer(request) -> bool:  # type: ignore[no-untyped-def]

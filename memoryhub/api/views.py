@@ -20,11 +20,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from memoryhub.access import INGEST_SCOPE
 from memoryhub.api import errors
 from memoryhub.api.authentication import IngestTokenAuthentication, InsufficientScope
 from memoryhub.errors import InvalidArgument, MemoryhubError
 from memoryhub.services import ingest
-from memoryhub.services.workspaces import INGEST_SCOPE
 
 # Any document within the field limits fits, its text sent as UTF-8 (or with
 # \u escapes for the BMP); larger bodies are refused before parsing.
@@ -95,7 +95,9 @@ class DocumentIn(serializers.Serializer):
     resource_id = serializers.CharField(max_length=ingest.RESOURCE_ID_MAX_CHARS,
                                         help_text="The document's id in the source. Unique per workspace.")
     title = serializers.CharField(max_length=ingest.TITLE_MAX_CHARS, required=False, allow_blank=True)
-    uri = serializers.CharField(max_length=ingest.URI_MAX_CHARS, required=False, allow_blank=True)
+    uri = serializers.CharField(max_length=ingest.URI_MAX_CHARS, required=False, allow_blank=True,
+                                help_text="The document's link: an absolute http:// or https:// URL (any other "
+                                          "scheme is refused).")
     created_at = serializers.DateTimeField(
         required=False, allow_null=True,
         help_text="When the source created the document (RFC 3339 with an offset; at most 24 h ahead). "

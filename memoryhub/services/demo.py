@@ -1,8 +1,8 @@
 """Demo memory for the demo workspace (see management/commands/seed_demo.py).
 
 Everything goes through the real services: people's private facts through
-memory_write, shared memory through connected sources (fragment_ingest), one
-agent proposal through the agent's own write. Running it again adds nothing:
+fragment_write, shared memory through connected sources (fragment_ingest),
+one agent proposal through the agent's own write. Running it again adds nothing:
 writes carry fixed idempotency keys and the pipeline merges a fact already
 held; sources do not store the same live text twice.
 """
@@ -13,11 +13,13 @@ import datetime as dt
 
 from django.utils import timezone
 
+from memoryhub import access
 from memoryhub.access import caller_for_agent, caller_for_user
 from memoryhub.models import Agent, Collection, Fragment, Proposal, Source, Tenant, User
-from memoryhub.services.enrichment import fragments_embed_missing
-from memoryhub.services.workspaces import source_connect
-from memoryhub.services.write import fragment_ingest, memory_write
+from memoryhub.services.enrichment import fragments_embed_pending
+from memoryhub.services.fragments import fragment_write
+from memoryhub.services.ingest import fragment_ingest
+from memoryhub.services.sources import source_register
 
 PRIVATE = {
     "ada": [
@@ -79,7 +81,7 @@ def _source(tenant: Tenant, name: str, kind: str) -> Source:
     agent = Agent.objects.filter(tenant=tenant, name=name).first()
     if agent is not None:
         return Source.objects.get(agent=agent)
-    source, _ = source_connect(tenant=tenant, name=name, kind=kind)
+    source, _ = source_register(caller=access.system_caller(tenant=tenant), name=name, kind=kind)
     return source
 
 
@@ -93,7 +95,7 @@ def demo_memory_seed(*, tenant: Tenant) -> int:
             continue
         caller = caller_for_user(user=user, client_id="demo-seed")
         for index, fact in enumerate(facts):
-            memory_write(caller=caller, content=fact, session_id="demo", idempotency_key=f"demo-{username}-{index}")
+            fragment_write(caller=caller, content=fact, session_id="demo", idempotency_key=f"demo-{username}-{index}")
 
     for collection_name, (source_name, kind, items) in SHARED.items():
         collection = Collection.objects.filter(tenant=tenant, name=collection_name).first()
@@ -109,11 +111,11 @@ def demo_memory_seed(*, tenant: Tenant) -> int:
     agent_name, proposal_text = AGENT_PROPOSAL
     agent = Agent.objects.filter(tenant=tenant, name=agent_name, kind=Agent.Kind.ASSISTANT).first()
     if agent is not None and not Proposal.objects.filter(agent=agent, content=proposal_text).exists():
-        memory_write(caller=caller_for_agent(agent=agent, client_id="demo-seed"), content=proposal_text,
-                     idempotency_key="demo-proposal")
+        fragment_write(caller=caller_for_agent(agent=agent, client_id="demo-seed"), content=proposal_text,
+                       idempotency_key="demo-proposal")
 
     # No worker runs yet while the demo is seeded: embed now so the first
     # search already has both signals.
     missing = Fragment.objects.filter(tenant=tenant, embedding__isnull=True).values_list("pk", flat=True)
-    fragments_embed_missing(fragment_ids=[str(pk) for pk in missing])
+    fragments_embed_pending(fragment_ids=[str(pk) for pk in missing], max_batches=None)
     return Fragment.objects.filter(tenant=tenant).count() - before

@@ -1,96 +1,203 @@
-"""Tier 2 enrichment: what a write does not wait for.
+"""Tier 2 enrichment: what a write does not wait for. One pipeline for every
+fragment, whoever wrote it.
 
-Tier 1 (the write itself) persists the fact and decides its outcome. After
-commit, a Celery task (memoryhub.tasks.enrich_fragments) embeds every fragment
-still without a vector, in batches, and links the resource its writer named to
-a known document of the workspace. Until then a fragment is still found by
-full-text search: nothing in search requires an embedding.
+Tier 1 (the write, an ingested document) persists the fragment and decides its
+outcome; it is in the full-text index at once. After commit, Celery
+(memoryhub.tasks) embeds every fragment still without a vector, in batches, and
+links the document a person or agent named (`resource`) to the workspace's
+document of that name, when the writer may read it (memoryhub.access). Until
+then a fragment is found by full-text search: nothing in search requires an
+embedding.
+
+Enqueueing goes through Celery by task name, so this module never imports the
+tasks module (which imports it).
+
+Embedding writes only where the vector is still empty, in one statement per
+batch, and claims its rows with FOR UPDATE SKIP LOCKED: two workers (or a
+redelivered task) share the work instead of repeating it, and a worker killed
+mid-batch writes nothing and releases its rows.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
 
-from django.db import transaction
-from django.db.models import Q
+from django.core.cache import cache
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from memoryhub.models import Fragment, Resource
+from memoryhub import access
+from memoryhub.celery import app as celery_app
+from memoryhub.embeddings import get_embedder
+from memoryhub.errors import PermissionDenied
+from memoryhub.models import Fragment, Source
 
 logger = logging.getLogger("memoryhub.enrichment")
 
-BATCH_SIZE = 64
+EMBED_BATCH_SIZE: Final = 64
+# A task embeds at most this many batches, then hands over to a fresh task, so
+# no single delivery runs anywhere near the broker's visibility timeout.
+EMBED_MAX_BATCHES: Final = 16
+# While this key exists an embedding task for the source is queued and has not
+# started: later commits need not queue another.
+_QUEUED_TTL_SECONDS: Final = 60
+
+ENRICH_TASK: Final = "memoryhub.tasks.enrich_fragments"
+EMBED_SOURCE_TASK: Final = "memoryhub.tasks.embed_source_fragments"
+
+
+# --------------------------------------------------------------------------- enqueueing
 
 
 def enrichment_enqueue(*, fragment_ids: Sequence[str]) -> None:
     """Enrich these fragments once the current transaction commits (never for
     rows a rollback threw away)."""
-    from memoryhub.tasks import enrich_fragments
-
     ids = [str(pk) for pk in fragment_ids]
     if ids:
-        transaction.on_commit(lambda: enrich_fragments.delay(ids))
+        transaction.on_commit(lambda: _send(ENRICH_TASK, ids))
 
 
-def fragments_embed_missing(*, fragment_ids: Sequence[str] | None = None, batch_size: int = BATCH_SIZE,
-                            max_batches: int | None = None) -> int:
-    """Embed fragments that have no vector yet (these, or any); returns how many.
+def embedding_enqueue(*, source: Source) -> None:
+    """After the current transaction commits, make sure an embedding task for
+    this source is queued."""
+    source_id, tenant_id = source.pk, source.tenant_id
+    transaction.on_commit(lambda: _queue_source(source_id, tenant_id))
 
-    Each batch is its own transaction and skips rows another worker holds, so
-    two workers (or a redelivered task) never embed the same row twice at once.
-    """
-    from memoryhub.embeddings import get_embedder
 
+def _queued_key(source_id: int, tenant_id: uuid.UUID) -> str:
+    # The tenant's random id keeps a key from an earlier database (tests, a
+    # restored backup) from matching a new source with the same number.
+    return f"ingest:embed-queued:{tenant_id}:{source_id}"
+
+
+def _queue_source(source_id: int, tenant_id: uuid.UUID) -> None:
+    key = _queued_key(source_id, tenant_id)
+    if not cache.add(key, 1, timeout=_QUEUED_TTL_SECONDS):
+        return
+    if not _send(EMBED_SOURCE_TASK, source_id):
+        cache.delete(key)
+
+
+def _send(task: str, *args: object) -> bool:
+    try:
+        celery_app.send_task(task, args=list(args))
+    except Exception:  # noqa: BLE001 - the write is committed; its fragments are lexically searchable already
+        logger.exception("could not queue %s; the next write or the sweep will", task)
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- embedding
+
+
+@dataclass(frozen=True)
+class EmbeddingRun:
+    embedded: int
+    more: bool  # stopped at max_batches with work left
+
+
+def fragments_embed_pending(
+    *, fragment_ids: Sequence[str] | None = None, source_id: int | None = None,
+    batch_size: int = EMBED_BATCH_SIZE, max_batches: int | None = EMBED_MAX_BATCHES,
+) -> EmbeddingRun:
+    """Embed fragments that have no vector yet (these, this source's, or any),
+    live ones first, oldest first; one transaction and one write per batch."""
     embedder = get_embedder()
-    done = 0
+    embedded = 0
     batches = 0
     while max_batches is None or batches < max_batches:
         with transaction.atomic():
             pending = Fragment.objects.filter(embedding__isnull=True)
             if fragment_ids is not None:
                 pending = pending.filter(pk__in=list(fragment_ids))
+            if source_id is not None:
+                pending = pending.filter(source_id=source_id)
             batch = list(
-                pending.order_by("recorded_at", "pk")
+                pending.order_by(F("retired_at").asc(nulls_first=True), "recorded_at", "pk")
                 .select_for_update(skip_locked=True)
-                .only("pk", "value")[:batch_size]
+                .values_list("pk", "value")[:batch_size]
             )
             if not batch:
-                break
-            vectors = embedder.embed([fragment.value for fragment in batch])
-            now = timezone.now()
-            for fragment, vector in zip(batch, vectors, strict=True):
-                fragment.embedding = vector
-                fragment.embedded_at = now
-            Fragment.objects.bulk_update(batch, ["embedding", "embedded_at"])
-        done += len(batch)
+                return EmbeddingRun(embedded=embedded, more=False)
+            vectors = embedder.embed([value for _, value in batch])
+            embedded += _embeddings_write([pk for pk, _ in batch], vectors)
         batches += 1
-    return done
+    return EmbeddingRun(embedded=embedded, more=True)
 
 
-def fragments_link_resources(*, fragment_ids: Sequence[str]) -> int:
-    """Link each fragment's named resource (by external id or URI) to the
-    workspace's document of that name, when there is one."""
-    linked = 0
-    fragments = Fragment.objects.filter(pk__in=list(fragment_ids)).exclude(resource_ref="")
-    for fragment in fragments.prefetch_related("resources"):
-        if fragment.resources.exists():
-            continue
-        ref = fragment.resource_ref
-        resource = (
-            Resource.objects.filter(tenant_id=fragment.tenant_id, deleted_at__isnull=True)
-            .filter(Q(external_id=ref) | Q(uri=ref))
-            .order_by("pk")
-            .first()
+def _embeddings_write(ids: list, vectors: list[list[float]]) -> int:
+    literals = ["[" + ",".join(repr(float(x)) for x in vector) + "]" for vector in vectors]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {Fragment._meta.db_table} AS f
+               SET embedding = v.embedding::vector, embedded_at = %s
+              FROM unnest(%s::uuid[], %s::text[]) AS v(id, embedding)
+             WHERE f.id = v.id AND f.embedding IS NULL
+            """,  # noqa: S608 - the table name is our model's
+            [timezone.now(), ids, literals],
         )
-        if resource is not None:
-            fragment.resources.add(resource)
+        return cursor.rowcount
+
+
+def source_embedding_run(*, source_id: int) -> EmbeddingRun:
+    """What a source's embedding task does: clear the queued mark (commits from
+    now on queue a new task), embed, and queue a follow-up when work is left."""
+    source = Source.objects.filter(pk=source_id).first()
+    if source is None:
+        return EmbeddingRun(embedded=0, more=False)
+    cache.delete(_queued_key(source.pk, source.tenant_id))
+    run = fragments_embed_pending(source_id=source_id)
+    if run.more:
+        _queue_source(source.pk, source.tenant_id)
+    logger.info("source %s: embedded %d fragments%s", source_id, run.embedded, " (more queued)" if run.more else "")
+    return run
+
+
+# --------------------------------------------------------------------------- document links
+
+
+def fragments_link_documents(*, fragment_ids: Sequence[str]) -> int:
+    """Link each fragment's named document (by external id or URI) to the
+    workspace's document of that name, when its writer may read that document
+    (memoryhub.access.document_to_link). Otherwise the fragment keeps only the
+    name its writer gave; nothing records whether such a document exists."""
+    linked = 0
+    fragments = (
+        Fragment.objects.filter(pk__in=list(fragment_ids), retired_at__isnull=True)
+        .exclude(resource_ref="")
+        .select_related("tenant", "owner_user", "owner_agent__tenant")
+        .prefetch_related("resources")
+    )
+    for fragment in fragments:
+        if fragment.resources.all():
+            continue
+        try:
+            writer = (access.caller_for_user(user=fragment.owner_user) if fragment.owner_user is not None
+                      else access.caller_for_agent(agent=fragment.owner_agent) if fragment.owner_agent is not None
+                      else None)
+        except PermissionDenied:
+            continue  # a writer who lost their place links nothing
+        document = access.document_to_link(writer, fragment.resource_ref) if writer is not None else None
+        if document is not None:
+            fragment.resources.add(document)
             linked += 1
     return linked
 
 
 def fragments_enrich(*, fragment_ids: Sequence[str]) -> dict[str, int]:
-    embedded = fragments_embed_missing(fragment_ids=fragment_ids)
-    linked = fragments_link_resources(fragment_ids=fragment_ids)
-    logger.info("enriched %d fragments: %d embedded, %d resources linked", len(fragment_ids), embedded, linked)
+    """What a fresh write's task does: embed, then link named documents."""
+    embedded = fragments_embed_pending(fragment_ids=fragment_ids, max_batches=None).embedded
+    linked = fragments_link_documents(fragment_ids=fragment_ids)
+    logger.info("enriched %d fragments: %d embedded, %d documents linked", len(fragment_ids), embedded, linked)
     return {"embedded": embedded, "linked": linked}
+
+
+def fragments_embed_missing(*, max_batches: int | None = None) -> int:
+    """The sweep: embed any fragment a lost or failed task left without a vector."""
+    return fragments_embed_pending(max_batches=max_batches).embedded

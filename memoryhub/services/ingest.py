@@ -20,8 +20,8 @@ written, and written in one transaction.
   instant; the resource keeps its row, marked deleted.
 
 Tier 1 is the commit itself: the fragments are in the full-text index at once.
-Tier 2, the embedding, runs in Celery (memoryhub.ingest_tasks) after commit,
-in batches; its write only fills a vector that is still empty, so a redelivered
+Tier 2, the embedding, runs in Celery (memoryhub.services.enrichment) after
+commit, in batches; its write only fills a vector that is still empty, so a redelivered
 or duplicated task can never embed a fragment twice.
 """
 
@@ -32,18 +32,21 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
-from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from memoryhub.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
-from memoryhub.models import Collection, Fragment, Resource, Source, Tenant
-from memoryhub.services import limits
+from contract import limits
+from memoryhub.errors import Conflict, InvalidArgument, NotFound
+from memoryhub.models import Collection, Fragment, Resource, Source
+from memoryhub.services.arguments import checked_instant, checked_text
+from memoryhub.services.enrichment import embedding_enqueue, enrichment_enqueue
+from memoryhub.services.write import fact_hash, subject_of
 
 logger = logging.getLogger("memoryhub.ingest")
 
@@ -198,21 +201,23 @@ class Document:
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _clean(value: Any, *, field: str, max_chars: int, required: bool = False) -> str:
-    value = limits.text(value, field=field, max_chars=max_chars, required=required)
-    # PostgreSQL text cannot hold NUL, and a lone surrogate (a broken \ud800
-    # escape) cannot be encoded: refuse both here rather than fail at the database.
-    if "\x00" in value:
-        raise InvalidArgument(f"{field} contains a NUL character (\\u0000).", field=field)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgument(f"{field} contains an unpaired surrogate; send valid UTF-8.", field=field) from None
-    return value
-
-
 def resource_id_validated(value: Any) -> str:
-    return _clean(value, field="resource_id", max_chars=RESOURCE_ID_MAX_CHARS, required=True)
+    return checked_text(value, field="resource_id", max_chars=RESOURCE_ID_MAX_CHARS, required=True)
+
+
+def uri_validated(value: Any) -> str:
+    """A document's link: empty, or an absolute http(s) URL. Any other scheme
+    (javascript:, data:, file:...) is refused: pages render it as a link."""
+    uri = checked_text(value, field="uri", max_chars=URI_MAX_CHARS).strip()
+    if not uri:
+        return ""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise InvalidArgument("uri must be an absolute http:// or https:// URL.", field="uri")
+    return uri
 
 
 def document_validated(
@@ -221,7 +226,7 @@ def document_validated(
 ) -> Document:
     """Every field checked against its limit; InvalidArgument names the first one wrong."""
     now = now or timezone.now()
-    instant = limits.instant(created_at, field="created_at")
+    instant = checked_instant(created_at, field="created_at")
     if instant is not None and instant > now + CREATED_AT_MAX_AHEAD:
         raise InvalidArgument(
             f"created_at {instant.isoformat()} is more than {CREATED_AT_MAX_AHEAD.total_seconds() / 3600:g} "
@@ -229,14 +234,14 @@ def document_validated(
             field="created_at",
         )
     if collection is not None:
-        collection = _clean(collection, field="collection", max_chars=COLLECTION_MAX_CHARS, required=True)
+        collection = checked_text(collection, field="collection", max_chars=COLLECTION_MAX_CHARS, required=True)
     return Document(
         resource_id=resource_id_validated(resource_id),
-        title=_clean(title, field="title", max_chars=TITLE_MAX_CHARS).strip(),
-        uri=_clean(uri, field="uri", max_chars=URI_MAX_CHARS).strip(),
+        title=checked_text(title, field="title", max_chars=TITLE_MAX_CHARS).strip(),
+        uri=uri_validated(uri),
         created_at=instant,
         collection=collection,
-        text=_clean(text, field="text", max_chars=TEXT_MAX_CHARS, required=True),
+        text=checked_text(text, field="text", max_chars=TEXT_MAX_CHARS, required=True),
     )
 
 
@@ -419,16 +424,6 @@ def document_delete(*, source: Source, resource_id: Any, now: dt.datetime | None
 # ---------------------------------------------------------------- selectors
 
 
-def source_get(*, tenant: Tenant, name: str) -> Source:
-    """A connected source of `tenant` by its agent name; a revoked source is refused."""
-    source = Source.objects.select_related("agent", "tenant").filter(tenant=tenant, agent__name=name).first()
-    if source is None:
-        raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
-    if source.agent.revoked_at is not None:
-        raise PermissionDenied(f"The source {name!r} has been revoked.")
-    return source
-
-
 def document_status(*, source: Source, resource_id: Any) -> dict[str, Any]:
     """One document as memory holds it now: its metadata and how much of it is searchable."""
     resource_id = resource_id_validated(resource_id)
@@ -482,103 +477,57 @@ def document_unchanged(*, document: Document, stored: tuple[str, str, str] | Non
     return stored == (document.content_hash, document.title, document.uri)
 
 
-# ---------------------------------------------------------------- tier 2: embedding
-
-EMBED_BATCH_SIZE: Final = 64
-# A task embeds at most this many batches, then hands over to a fresh task, so
-# no single delivery runs anywhere near the broker's visibility timeout.
-EMBED_MAX_BATCHES: Final = 16
-# While this key exists an embedding task for the source is queued and has not
-# started: later commits need not queue another.
-_QUEUED_TTL_SECONDS: Final = 60
+# ---------------------------------------------------------------- single fragments
 
 
-def _queued_key(source_id: int, tenant_id: Any) -> str:
-    # The tenant's random id keeps a key from an earlier database (tests, a
-    # restored backup) from matching a new source with the same number.
-    return f"ingest:embed-queued:{tenant_id}:{source_id}"
-
-
-def embedding_enqueue(*, source: Source) -> None:
-    """After the current transaction commits, make sure an embedding task for
-    this source is queued."""
-    source_id, tenant_id = source.pk, source.tenant_id
-    transaction.on_commit(lambda: _queue_embedding(source_id, tenant_id))
-
-
-def _queue_embedding(source_id: int, tenant_id: Any) -> None:
-    from memoryhub.ingest_tasks import embed_source_fragments
-
-    key = _queued_key(source_id, tenant_id)
-    if not cache.add(key, 1, timeout=_QUEUED_TTL_SECONDS):
-        return
-    try:
-        embed_source_fragments.delay(source_id)
-    except Exception:  # noqa: BLE001 - the write is committed; its fragments are lexically searchable already
-        cache.delete(key)
-        logger.exception("could not queue embedding for source %s; the next write or the sweep will", source_id)
-
-
-@dataclass(frozen=True)
-class EmbeddingRun:
-    embedded: int
-    more: bool  # stopped at max_batches with work left
-
-
-def fragments_embed_pending(
-    *, source_id: int, batch_size: int = EMBED_BATCH_SIZE, max_batches: int = EMBED_MAX_BATCHES,
-) -> EmbeddingRun:
-    """Embed this source's fragments that have no vector yet, live ones first.
-
-    Each batch claims its rows with FOR UPDATE SKIP LOCKED (so workers share
-    the work instead of repeating it), embeds them in one call and writes only
-    where the vector is still empty, all in one transaction: a worker killed
-    mid-batch writes nothing and releases its rows, and a redelivered task
-    finds only what is still missing.
-    """
-    from memoryhub.embeddings import get_embedder
-
-    embedder = get_embedder()
-    embedded = 0
-    for _ in range(max_batches):
-        with transaction.atomic():
-            batch = list(
-                Fragment.objects.filter(source_id=source_id, embedding__isnull=True)
-                .order_by(F("retired_at").asc(nulls_first=True), "recorded_at", "pk")
-                .select_for_update(skip_locked=True)
-                .values_list("pk", "value")[:batch_size]
-            )
-            if not batch:
-                return EmbeddingRun(embedded=embedded, more=False)
-            vectors = embedder.embed([value for _, value in batch])
-            embedded += _embeddings_write([pk for pk, _ in batch], vectors)
-    return EmbeddingRun(embedded=embedded, more=True)
-
-
-def _embeddings_write(ids: list, vectors: list[list[float]]) -> int:
-    literals = ["[" + ",".join(repr(float(x)) for x in vector) + "]" for vector in vectors]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {Fragment._meta.db_table} AS f
-               SET embedding = v.embedding::vector, embedded_at = %s
-              FROM unnest(%s::uuid[], %s::text[]) AS v(id, embedding)
-             WHERE f.id = v.id AND f.embedding IS NULL
-            """,  # noqa: S608 - the table name is our model's
-            [timezone.now(), ids, literals],
+def fragment_ingest(
+    *,
+    source: Source,
+    value: str,
+    collection: Collection | None = None,
+    created_at: dt.datetime | None = None,
+    resources: Sequence[dict[str, Any]] = (),
+    confidence: float = 1.0,
+) -> tuple[Fragment, bool]:
+    """A connected source contributes one shared fragment as it is, unsplit
+    (decision 6): into a collection, attributed to the source's agent, with its
+    documents and the source's own created_at. Returns (fragment, created); the
+    same live text in the same collection from the same source is not stored
+    twice. The demo workspace and tests use it; connectors send whole
+    documents (`document_upsert`)."""
+    collection = collection or source.default_collection
+    if collection is None or collection.tenant_id != source.tenant_id:
+        raise InvalidArgument("A source's fragment needs a collection of its own workspace.", field="collection")
+    value = checked_text(value, field="value", max_chars=limits.CONTENT_MAX_CHARS, required=True).strip()
+    now = timezone.now()
+    with transaction.atomic():
+        existing = Fragment.objects.filter(
+            tenant_id=source.tenant_id, collection=collection, source=source, content_hash=fact_hash(value),
+            retired_at__isnull=True,
+        ).first()
+        if existing is not None:
+            return existing, False
+        fragment = Fragment.objects.create(
+            tenant_id=source.tenant_id,
+            collection=collection,
+            source=source,
+            value=value,
+            subject_key=subject_of(value),
+            confidence=confidence,
+            grounding_status=Fragment.Grounding.GROUNDED if resources else Fragment.Grounding.UNVERIFIED,
+            created_at=created_at or now,
+            recorded_at=now,
+            content_hash=fact_hash(value),
         )
-        return cursor.rowcount
-
-
-def embedding_run(*, source_id: int) -> EmbeddingRun:
-    """What the embedding task does: clear the queued mark (commits from now on
-    queue a new task), embed, and queue a follow-up when work is left."""
-    source = Source.objects.filter(pk=source_id).first()
-    if source is None:
-        return EmbeddingRun(embedded=0, more=False)
-    cache.delete(_queued_key(source.pk, source.tenant_id))
-    run = fragments_embed_pending(source_id=source_id)
-    if run.more:
-        _queue_embedding(source.pk, source.tenant_id)
-    logger.info("source %s: embedded %d fragments%s", source_id, run.embedded, " (more queued)" if run.more else "")
-    return run
+        fragment.agents.add(source.agent)
+        for item in resources:
+            external_id = resource_id_validated(item.get("id"))
+            resource, _ = Resource.objects.get_or_create(
+                tenant_id=source.tenant_id, external_id=external_id,
+                defaults={"title": checked_text(item.get("title"), field="title", max_chars=TITLE_MAX_CHARS),
+                          "uri": uri_validated(item.get("uri")), "source": source,
+                          "created_at": item.get("created_at") or created_at},
+            )
+            fragment.resources.add(resource)
+        enrichment_enqueue(fragment_ids=[str(fragment.pk)])
+    return fragment, True

@@ -1,91 +1,136 @@
-"""memory_receipt: reopen one of the reader's own serving receipts (decision 10).
+"""Serving receipts: a person's own, listed and reopened (decision 10).
 
-The replay re-executes the identical read (same query, filters, limit, task)
-under the reader's rights of today: an explicit as_of is kept, an implicit one
-becomes "now". It serves nothing: it returns fragment ids and the difference.
+A replay re-executes the identical read (same query, filters, limit, task,
+and the result budget the original read was cut to) under the reader's rights
+of today: an explicit as_of is kept, an implicit one becomes "now". It serves
+nothing: it returns fragment ids and the difference.
 
-A receipt is found only among the caller's own: somebody else's id, an id of
-another workspace and an id that never existed all get the same answer, so
-the answer cannot be used to learn whether a receipt exists.
+A receipt is found only among the caller's own (memoryhub.access.own_receipts):
+somebody else's id, an id of another workspace and an id that never existed
+all get the same answer, so the answer cannot be used to learn whether a
+receipt exists.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
+from contract import limits
+from memoryhub import access
 from memoryhub.access import Caller
-from memoryhub.errors import MemoryhubError, NotFound, PermissionDenied
-from memoryhub.models import Receipt
-from memoryhub.services import limits
-from memoryhub.services.search import Deadline, SearchRequest, is_cancelled, iso_instant, search_execute
+from memoryhub.errors import MemoryhubError, NotFound
+from memoryhub.models import Fragment, Receipt
+from memoryhub.services.arguments import checked_text
+from memoryhub.services.fragments import FragmentView, fragment_views
+from memoryhub.services.paging import Page, keyset_page
+from memoryhub.services.search import Deadline, ResultBudget, SearchRequest, is_cancelled, search_execute
 
 RECEIPT_NOT_YOURS = "No receipt with this id is yours to replay; you can reopen only receipts of your own reads."
 
 
+@dataclass
+class ReceiptReplay:
+    receipt: Receipt
+    reader: str
+    replayed_as_of: dt.datetime
+    served_now: list[str] = field(default_factory=list)
+    replayed: bool = False
+    note: str | None = None
+
+    @property
+    def request(self) -> dict:
+        return self.receipt.request or {}
+
+    @property
+    def served_then(self) -> list[str]:
+        return list(self.receipt.served or [])
+
+    @property
+    def missing_now(self) -> list[str]:
+        now = set(self.served_now)
+        return [pk for pk in self.served_then if pk not in now] if self.replayed else []
+
+    @property
+    def extra_now(self) -> list[str]:
+        then = set(self.served_then)
+        return [pk for pk in self.served_now if pk not in then]
+
+
 def receipt_get(*, caller: Caller, receipt_id: str) -> Receipt:
     """The caller's own receipt, or NotFound (identical for every other case)."""
-    if caller.kind != "user" or caller.user is None:
-        # Decision 2: agents never see memory_receipt.
-        raise PermissionDenied("memory_receipt is for people; agents cannot reopen receipts.")
-    receipt_id = limits.text(receipt_id, field="receipt_id", max_chars=limits.RECEIPT_ID_MAX_CHARS, required=True)
-    receipt = Receipt.objects.filter(pk=receipt_id, tenant=caller.tenant, reader_user=caller.user).first()
+    mine = access.own_receipts(caller)
+    receipt_id = checked_text(receipt_id, field="receipt_id", max_chars=limits.RECEIPT_ID_MAX_CHARS, required=True)
+    receipt = Receipt.objects.filter(mine, pk=receipt_id).first()
     if receipt is None:
         raise NotFound(RECEIPT_NOT_YOURS, field="receipt_id")
     return receipt
 
 
-def receipt_replay(*, caller: Caller, receipt_id: str, deadline_seconds: float | None = None) -> dict[str, Any]:
-    """The memory_receipt output of contract 000."""
+def receipt_replay(
+    *, caller: Caller, receipt_id: str, deadline_seconds: float | None = None, budget: ResultBudget | None = None,
+) -> ReceiptReplay:
+    """memory_receipt. `budget` is the asking interface's result budget; it is
+    applied when the original read was cut to a budget of the same name."""
     receipt = receipt_get(caller=caller, receipt_id=receipt_id)
-    request = receipt.request or {}
-    output: dict[str, Any] = {
-        "receipt_id": receipt.pk,
-        "query": request.get("query", ""),
-        "as_of": iso_instant(receipt.as_of),
-        "agents": list(request.get("agents") or []),
-        "roles": list(receipt.roles or []),
-        "reader": caller.user.username if caller.user else receipt.subject,
-        "served_then": list(receipt.served or []),
-        "served_now": [],
-        "missing_now": [],
-        "extra_now": [],
-        "replayed": False,
-        "note": None,
-    }
     replay_as_of = receipt.as_of if receipt.as_of_explicit else timezone.now()
-    output["replayed_as_of"] = iso_instant(replay_as_of)
+    replay = ReceiptReplay(receipt=receipt, reader=caller.display_name, replayed_as_of=replay_as_of)
+    same_budget = budget if budget is not None and receipt.budget and budget.name == receipt.budget else None
     try:
-        served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds)
+        replay.served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds, same_budget)
     except MemoryhubError as exc:
-        output["note"] = f"The read could not be re-executed: {exc.message}"
-        return output
-    then = output["served_then"]
-    output.update(
-        served_now=served_now,
-        missing_now=[pk for pk in then if pk not in set(served_now)],
-        extra_now=[pk for pk in served_now if pk not in set(then)],
-        replayed=True,
-    )
+        replay.note = f"The read could not be re-executed: {exc.message}"
+        return replay
+    replay.replayed = True
     if not receipt.as_of_explicit:
-        output["note"] = "The original read had no as_of; it was replayed as of now."
-    return output
+        replay.note = "The original read had no as_of; it was replayed as of now."
+    return replay
 
 
-def _re_execute(caller: Caller, receipt: Receipt, as_of: dt.datetime, deadline_seconds: float | None) -> list[str]:
+def _re_execute(caller: Caller, receipt: Receipt, as_of: dt.datetime, deadline_seconds: float | None,
+                budget: ResultBudget | None) -> list[str]:
     request = SearchRequest.from_json(receipt.request)
     deadline = Deadline(deadline_seconds or settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS)
     try:
         with transaction.atomic():
             execution = search_execute(
-                caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk
+                caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk, budget=budget,
             )
     except OperationalError as exc:
         if is_cancelled(exc):
             raise deadline.exceeded() from exc
         raise
-    return execution.served_ids
+    return execution.result.served_ids
+
+
+def receipts_browse(*, caller: Caller, cursor: str | None = None, limit: int | None = None) -> Page[Receipt]:
+    """The caller's own serving receipts, newest first, whichever app made the read."""
+    return keyset_page(Receipt.objects.filter(access.own_receipts(caller)), key="created_at", cursor=cursor,
+                       limit=limit)
+
+
+def receipt_fragments(*, caller: Caller, fragment_ids: Iterable[str]) -> dict[str, FragmentView]:
+    """What a receipt page may show of the fragments a read served: the
+    caller's own (with their state) and whatever they may read now. A fragment
+    they can no longer see stays an id: a receipt never widens today's rights."""
+    access.require_person(caller, what="reopen receipts")
+    pks = [pk for pk in (_uuid_or_none(value) for value in fragment_ids) if pk is not None]
+    if not pks:
+        return {}
+    candidates = access.with_access_facts(Fragment.objects.filter(tenant=caller.tenant, pk__in=pks)).select_related(
+        "collection").defer("embedding")
+    shown = access.fragments_shown_to(caller, candidates)
+    return {str(view.fragment.pk): view for view in fragment_views(caller, shown)}
+
+
+def _uuid_or_none(value: object) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None

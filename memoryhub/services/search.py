@@ -15,25 +15,28 @@ A read, in order:
    d. fusion (weights chosen by measurement, see bench/retrieval_eval.py and
       docs/benchmarks.md), the relevance floor (abstain), the judgment plane's
       arrangement of the already-chosen result;
-   e. the per-fragment and whole-result budgets;
-   f. the serving receipt.
+   e. provenance as this reader may be told it (services.provenance);
+   f. the result budget of the interface that asked, if it has one (the MCP
+      adapter's 128 KiB tool result): trailing hits that do not fit are
+      dropped here, so the receipt records exactly what the client received;
+   g. the serving receipt.
 
-`search_execute` does 3a-3e and is also what a receipt replay runs, so a replay
-is the identical read.
+`search_execute` does 3a-3f and is also what a receipt replay runs, so a replay
+is the identical read. The result is a `SearchResult` of domain objects; the
+interfaces render it (the MCP adapter as contract 000's memory_search output,
+the pages as HTML).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
-import math
 import re
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
@@ -42,11 +45,14 @@ from django.db.models import F, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
+from contract import limits
 from memoryhub import access
 from memoryhub.access import Caller, ReadPolicy
+from memoryhub.embeddings import get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import TEXT_SEARCH_CONFIG, EnforcementAlarm, Fragment, Receipt, new_receipt_id
-from memoryhub.services import limits
+from memoryhub.services.arguments import checked_instant, checked_int, checked_strings, checked_text
+from memoryhub.services.provenance import Provenance, provenance_for
 
 logger = logging.getLogger("memoryhub.search")
 enforcement_logger = logging.getLogger("memoryhub.enforcement")
@@ -136,24 +142,24 @@ class SearchRequest:
         task_tags: Any = None,
     ) -> SearchRequest:
         request = cls(
-            query=limits.text(query, field="query", max_chars=limits.QUERY_MAX_CHARS, required=True),
-            limit=limits.integer(
+            query=checked_text(query, field="query", max_chars=limits.QUERY_MAX_CHARS, required=True),
+            limit=checked_int(
                 limit, field="limit", minimum=limits.LIMIT_MIN, maximum=limits.LIMIT_MAX,
                 default=limits.LIMIT_DEFAULT,
             ),
-            as_of=limits.instant(as_of, field="as_of"),
-            created_after=limits.instant(created_after, field="created_after"),
-            created_before=limits.instant(created_before, field="created_before"),
-            resource_ids=limits.strings(
+            as_of=checked_instant(as_of, field="as_of"),
+            created_after=checked_instant(created_after, field="created_after"),
+            created_before=checked_instant(created_before, field="created_before"),
+            resource_ids=checked_strings(
                 resource_ids, field="resource_ids", max_items=limits.RESOURCE_IDS_MAX_ITEMS,
                 item_max_chars=limits.RESOURCE_MAX_CHARS,
             ),
-            agents=limits.strings(
+            agents=checked_strings(
                 agents, field="agents", max_items=limits.AGENTS_MAX_ITEMS,
                 item_max_chars=limits.AGENT_NAME_MAX_CHARS,
             ),
-            task=limits.text(task, field="task", max_chars=limits.TASK_MAX_CHARS).strip(),
-            task_tags=limits.strings(
+            task=checked_text(task, field="task", max_chars=limits.TASK_MAX_CHARS).strip(),
+            task_tags=checked_strings(
                 task_tags, field="task_tags", max_items=limits.TASK_TAGS_MAX_ITEMS,
                 item_max_chars=limits.TASK_TAG_MAX_CHARS,
             ),
@@ -223,26 +229,67 @@ def is_cancelled(exc: BaseException) -> bool:
     return isinstance(exc.__cause__, psycopg.errors.QueryCanceled)
 
 
+# --------------------------------------------------------------------------- the result
+
+
+@dataclass
+class Hit:
+    fragment: Fragment
+    score: float
+    provenance: Provenance = field(default_factory=Provenance)
+
+
+@dataclass
+class SearchResult:
+    """One read's answer: the hits in rank order and what the receipt records."""
+
+    hits: list[Hit]
+    receipt_id: str
+    as_of: dt.datetime
+    abstained: bool = False
+    abstain_reason: str | None = None
+    notice: str | None = None
+    # Trailing hits were dropped to fit the asking interface's result budget.
+    truncated: bool = False
+
+    @property
+    def served_ids(self) -> list[str]:
+        return [str(hit.fragment.pk) for hit in self.hits]
+
+
+class ResultBudget(Protocol):
+    """An interface's bound on the size of what it sends (the MCP adapter's
+    128 KiB tool result). Applied once, by the search, before the receipt is
+    written; a replay of the receipt applies the same budget by name."""
+
+    @property
+    def name(self) -> str: ...
+
+    def fitting(self, result: SearchResult) -> int:
+        """How many of `result.hits`, from the first, fit (with truncated set)."""
+        ...
+
+
 # --------------------------------------------------------------------------- the service
 
 
-def memory_search(
+def fragments_search(
     *,
     caller: Caller,
     query: str,
     limit: int | None = None,
-    as_of: dt.datetime | None = None,
-    created_after: dt.datetime | None = None,
-    created_before: dt.datetime | None = None,
+    as_of: dt.datetime | str | None = None,
+    created_after: dt.datetime | str | None = None,
+    created_before: dt.datetime | str | None = None,
     resource_ids: Sequence[str] | None = None,
     agents: Sequence[str] | None = None,
     task: str | None = None,
     task_tags: Sequence[str] | None = None,
     deadline_seconds: float | None = None,
-) -> dict[str, Any]:
-    """Search what `caller` may see; returns the memory_search output of
-    contract 000 (fragments, receipt_id, as_of, abstained, abstain_reason,
-    truncated, notice) and records the receipt in the same transaction."""
+    budget: ResultBudget | None = None,
+) -> SearchResult:
+    """memory_search: what `caller` may see that matches, in rank order; the
+    serving receipt is recorded in the same transaction."""
     request = SearchRequest.validated(
         query=query, limit=limit, as_of=as_of, created_after=created_after, created_before=created_before,
         resource_ids=resource_ids, agents=agents, task=task, task_tags=task_tags,
@@ -256,7 +303,8 @@ def memory_search(
     try:
         with transaction.atomic():
             execution = search_execute(
-                caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id
+                caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
+                budget=budget,
             )
             Receipt.objects.create(
                 id=receipt_id,
@@ -270,20 +318,20 @@ def memory_search(
                 request=request.as_json(),
                 as_of=instant,
                 as_of_explicit=request.as_of is not None,
-                served=execution.served_ids,
-                abstained=execution.output["abstained"],
+                served=execution.result.served_ids,
+                abstained=execution.result.abstained,
+                budget=budget.name if budget is not None else "",
             )
     except OperationalError as exc:
         if is_cancelled(exc):
             raise deadline.exceeded() from exc
         raise
-    return execution.output
+    return execution.result
 
 
 @dataclass
 class Execution:
-    output: dict[str, Any]
-    served_ids: list[str]
+    result: SearchResult
     audience: access.Audience
     degraded: bool = False
     alarms: list[str] = field(default_factory=list)
@@ -291,7 +339,7 @@ class Execution:
 
 def search_execute(
     *, caller: Caller, request: SearchRequest, as_of: dt.datetime, deadline: Deadline, receipt_id: str,
-    ranking: Ranking | None = None,
+    ranking: Ranking | None = None, budget: ResultBudget | None = None,
 ) -> Execution:
     """The read itself, inside the caller's transaction; writes nothing but
     enforcement alarms. Receipt replays call this with the original request."""
@@ -307,10 +355,17 @@ def search_execute(
         task_vectors = _embed([" ".join([request.task, *request.task_tags]).strip()])
         task_vector = task_vectors[0] if task_vectors else None
     with index_settings():
-        return _execute(
+        execution = _execute(
             caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt_id,
             ranking=ranking or RANKING, query_vector=query_vector, task_vector=task_vector, judging=judging,
         )
+    if budget is not None and execution.result.hits:
+        result = execution.result
+        fitting = budget.fitting(result)
+        if fitting < len(result.hits):
+            result.hits = result.hits[:max(0, fitting)]
+            result.truncated = True
+    return execution
 
 
 def _execute(
@@ -339,25 +394,26 @@ def _execute(
             f"(the best scored {ranked[0].score:.3f}), so memory declined to answer rather than guess."
         )
     ranked = [hit for hit in ranked if hit.score >= floor][: request.limit]
+    provenance = provenance_for(caller, [hit.fragment for hit in ranked], named_agent_ids=policy.named_agent_ids,
+                                audience=policy.audience)
+    for hit in ranked:
+        hit.provenance = provenance[hit.fragment.pk]
     if judging and ranked:
         ranked = _arrange(ranked, task_vector=task_vector, task_tags=request.task_tags)
 
     notice = None
     if not ranked:
         deadline.arm()
-        if not access.visible_fragments(_visibility_only(policy)).exists():
+        if not access.visible_fragments(policy.unnarrowed()).exists():
             notice = NOTICE_NOTHING_VISIBLE
         elif abstained:
             notice = NOTICE_ABSTAINED
         else:
             notice = NOTICE_NOTHING_MATCHED_FILTERS if request.has_filters else NOTICE_NOTHING_MATCHED
 
-    output, served = _render(
-        ranked, receipt_id=receipt_id, as_of=as_of, abstained=abstained, abstain_reason=abstain_reason,
-        notice=notice,
-    )
-    return Execution(output=output, served_ids=served, audience=policy.audience, degraded=query_vector is None,
-                     alarms=alarms)
+    result = SearchResult(hits=ranked, receipt_id=receipt_id, as_of=as_of, abstained=abstained,
+                          abstain_reason=abstain_reason, notice=notice)
+    return Execution(result=result, audience=policy.audience, degraded=query_vector is None, alarms=alarms)
 
 
 def scored_candidates(
@@ -378,14 +434,7 @@ def scored_candidates(
     return {pk: c for pk, c in candidates.items() if pk in rows}, rows, alarms
 
 
-def _visibility_only(policy: ReadPolicy) -> ReadPolicy:
-    return ReadPolicy(caller=policy.caller, audience=policy.audience, as_of=policy.as_of,
-                      visibility=policy.visibility, narrowing=access.And(()))
-
-
 def _embed(texts: list[str]) -> list[list[float]] | None:
-    from memoryhub.embeddings import get_embedder
-
     try:
         return get_embedder().embed(texts)
     except Exception:  # noqa: BLE001 - a failing embedder degrades search to lexical, it does not fail it
@@ -570,12 +619,6 @@ def _checked_rows(
 # --------------------------------------------------------------------------- fusion and arrangement
 
 
-@dataclass
-class Hit:
-    fragment: Fragment
-    score: float
-
-
 def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None = None) -> dict[uuid.UUID, float]:
     """A relevance score in [0, 1] per candidate."""
     ranking = ranking or RANKING
@@ -626,9 +669,11 @@ def _arrange(hits: list[Hit], *, task_vector: list[float] | None, task_tags: Seq
             semantic = max(0.0, float(sum(a * b for a, b in zip(task_vector, fragment.embedding, strict=False))))
         tagged = 0.0
         if tags:
+            # Titles as this reader may be told them: a document they may not
+            # read must not move their ranking either.
             haystack = " ".join(
                 [fragment.value, fragment.collection.name if fragment.collection else ""]
-                + [r.title for r in fragment.resources.all()]
+                + [document.title for document in hit.provenance.documents]
             ).casefold()
             words = set(_WORD.findall(haystack))
             tagged = sum(1 for tag in tags if tag in words or (" " in tag and tag in haystack)) / len(tags)
@@ -637,74 +682,8 @@ def _arrange(hits: list[Hit], *, task_vector: list[float] | None, task_tags: Seq
     return sorted(hits, key=lambda hit: (-(hit.score + JUDGMENT_WEIGHT * affinity(hit)), str(hit.fragment.pk)))
 
 
-# --------------------------------------------------------------------------- output and budgets
+# --------------------------------------------------------------------------- instants
 
 
 def iso_instant(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if value else None
-
-
-def clip_utf8(text: str, max_bytes: int) -> tuple[str, bool]:
-    encoded = text.encode("utf-8")
-    if len(encoded) <= max_bytes:
-        return text, False
-    # A cut inside a multi-byte character leaves a partial sequence; drop it.
-    return encoded[:max_bytes].decode("utf-8", errors="ignore"), True
-
-
-def fragment_provenance(fragment: Fragment) -> tuple[list[str], list[dict[str, str]]]:
-    agents = {agent.name for agent in fragment.agents.all()}
-    if fragment.source is not None:
-        agents.add(fragment.source.agent.name)
-    resources = [
-        {"id": r.external_id, "title": r.title, "uri": r.uri}
-        for r in sorted(fragment.resources.all(), key=lambda r: r.external_id)
-    ]
-    if not resources and fragment.resource_ref:
-        # Named by the writer but not (yet) linked to a known document.
-        ref = fragment.resource_ref
-        resources = [{"id": ref, "title": "", "uri": ref if re.match(r"^https?://", ref) else ""}]
-    return sorted(a for a in agents if a), resources
-
-
-def fragment_output(fragment: Fragment, score: float | None) -> dict[str, Any]:
-    value, clipped = clip_utf8(fragment.value, limits.FRAGMENT_VALUE_MAX_BYTES)
-    agents, resources = fragment_provenance(fragment)
-    return {
-        "id": str(fragment.pk),
-        "value": value,
-        "value_truncated": clipped,
-        "confidence": round(float(fragment.confidence), 4),
-        "grounding_status": fragment.grounding_status,
-        "created_at": iso_instant(fragment.created_at),
-        "agents": agents,
-        "resources": resources,
-        "score": None if score is None or math.isnan(score) else round(score, 4),
-    }
-
-
-def json_size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-
-
-def _render(
-    hits: list[Hit], *, receipt_id: str, as_of: dt.datetime, abstained: bool, abstain_reason: str | None,
-    notice: str | None,
-) -> tuple[dict[str, Any], list[str]]:
-    fragments = [fragment_output(hit.fragment, hit.score) for hit in hits]
-    output: dict[str, Any] = {
-        "fragments": fragments,
-        "receipt_id": receipt_id,
-        "as_of": iso_instant(as_of),
-        "abstained": abstained,
-        "abstain_reason": abstain_reason,
-        "truncated": False,
-        "notice": notice,
-    }
-    # Measured on the JSON the caller receives; the flag is set before measuring
-    # so flipping it cannot push a fitted result over the limit.
-    if json_size(output) > limits.RESULT_MAX_BYTES:
-        output["truncated"] = True
-        while fragments and json_size(output) > limits.RESULT_MAX_BYTES:
-            fragments.pop()
-    return output, [fragment["id"] for fragment in fragments]

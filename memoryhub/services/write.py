@@ -13,39 +13,34 @@ Everything written is private to the writer. Tier 1 (this module) persists
 and answers synchronously; tier 2 (memoryhub.tasks) runs on commit to embed
 whatever is still missing and link named resources.
 
-An agent's write is parked as a proposal instead (services.proposals); an
-admin's approval runs `pipeline_run` as the agent.
-
-Idempotency: a key (supplied, or derived from the whole payload) answers the
-same payload within 24 hours with the first result and writes nothing; a
-different payload under the same key is refused for those 24 hours.
+The entry point is services.fragments.fragment_write (idempotency, and the
+person/agent split): an agent's write is parked as a proposal instead
+(services.proposals), and an admin's approval runs `pipeline_run` as the agent.
+The outcome is a `WriteOutcome`, which interfaces render (the MCP adapter as
+contract 000's memory_write output, the console as a message).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import logging
 import re
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memoryhub.access import Caller
-from memoryhub.errors import Conflict, InvalidArgument
-from memoryhub.models import Agent, Collection, Fragment, IdempotencyRecord, Resource, Source, Tenant, User
-from memoryhub.services import limits
+from memoryhub.embeddings import get_embedder
+from memoryhub.models import Agent, Fragment, Tenant, User
+from memoryhub.services.enrichment import enrichment_enqueue
 from memoryhub.services.privacy import privacy_explanation, privacy_findings
 
 logger = logging.getLogger("memoryhub.write")
 
-IDEMPOTENCY_WINDOW = dt.timedelta(hours=24)
 # Embedding similarity alone cannot tell a paraphrase from a changed value
 # ("freeze starts on 20 December" / "on 18 December" are 0.97 apart with
 # all-MiniLM-L6-v2), so similarity only nominates a neighbour and the words
@@ -224,8 +219,6 @@ class Writer:
 
 
 def _embed(texts: list[str]) -> list[list[float]] | None:
-    from memoryhub.embeddings import get_embedder
-
     if not texts:
         return []
     try:
@@ -235,15 +228,73 @@ def _embed(texts: list[str]) -> list[list[float]] | None:
         return None
 
 
-def candidate_result(operation: str, *, fragment_id: Any = None, superseded: Any = None, reason: str | None = None,
-            explanation: str | None = None) -> dict[str, Any]:
-    return {
-        "operation": operation,
-        "fragment_id": str(fragment_id) if fragment_id else None,
-        "superseded_fragment_id": str(superseded) if superseded else None,
-        "reason": reason,
-        "explanation": explanation,
-    }
+@dataclass(frozen=True)
+class CandidateOutcome:
+    """What the pipeline did with one candidate fact."""
+
+    operation: str  # stored / merged / superseded / dropped / proposed
+    fragment_id: str | None = None
+    superseded_fragment_id: str | None = None
+    reason: str | None = None
+    explanation: str | None = None
+
+    @classmethod
+    def of(cls, operation: str, *, fragment_id: Any = None, superseded: Any = None, reason: str | None = None,
+           explanation: str | None = None) -> CandidateOutcome:
+        return cls(operation=operation, fragment_id=str(fragment_id) if fragment_id else None,
+                   superseded_fragment_id=str(superseded) if superseded else None, reason=reason,
+                   explanation=explanation)
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What a write did, candidate by candidate; kept as the first answer to an
+    idempotency key and on an approved proposal (`as_record`)."""
+
+    results: tuple[CandidateOutcome, ...] = ()
+    # An agent's write: parked as this proposal, awaiting review.
+    proposal_id: str | None = None
+    review_state: str | None = None
+    counts: dict[str, int] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counts", {
+            op: sum(1 for r in self.results if r.operation == op)
+            for op in ("stored", "merged", "superseded", "dropped", "proposed")
+        })
+
+    @property
+    def dropped(self) -> int:
+        return self.counts["dropped"]
+
+    @property
+    def drop_reasons(self) -> list[str]:
+        return list(dict.fromkeys(r.reason for r in self.results if r.operation == "dropped" and r.reason))
+
+    @property
+    def summary(self) -> str:
+        """One line saying what happened, in plain language."""
+        line = _outcome_line(self.counts, self.drop_reasons)
+        if self.proposal_id is None:
+            return line
+        return (f"Parked as proposal {self.proposal_id} for a workspace admin's review; nothing becomes memory "
+                f"until a person approves it." + (f" {line}" if self.dropped else ""))
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "results": [vars(result).copy() for result in self.results],
+            "proposal_id": self.proposal_id,
+            "review_state": self.review_state,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> WriteOutcome:
+        keys = ("operation", "fragment_id", "superseded_fragment_id", "reason", "explanation")
+        return cls(
+            results=tuple(CandidateOutcome(**{key: item.get(key) for key in keys}) for item in record["results"]),
+            proposal_id=record.get("proposal_id"),
+            review_state=record.get("review_state"),
+        )
 
 
 _TOKEN = re.compile(r"[\w@.+-]+")
@@ -321,9 +372,8 @@ def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, 
 def pipeline_run(
     *, writer: Writer, content: str, session_id: str = "", resource: str = "", now: dt.datetime | None = None,
     confidence: float = CONFIDENCE_STATED,
-) -> dict[str, Any]:
-    """Run the write pipeline inside the caller's transaction; returns the
-    memory_write output (without review_state)."""
+) -> WriteOutcome:
+    """Run the write pipeline inside the caller's transaction."""
     now = now or timezone.now()
     # The policy in force now, not when the caller object was built.
     writer.tenant.refresh_from_db(fields=["write_policy", "blocked_terms"])
@@ -332,18 +382,18 @@ def pipeline_run(
         # supersede the same fact or both store the same one.
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [writer.lock_key])
     candidates = split_candidates(content)
-    results: list[dict[str, Any] | None] = [None] * len(candidates)
+    results: list[CandidateOutcome | None] = [None] * len(candidates)
     kept: list[int] = []
     for index, text in enumerate(candidates):
         findings = privacy_findings(text)
         if findings:
-            results[index] = candidate_result(
+            results[index] = CandidateOutcome.of(
                 "dropped", reason=PRIVACY_DROP, explanation=privacy_explanation(findings)
             )
             continue
         refusal = policy_refusal(tenant=writer.tenant, text=text)
         if refusal:
-            results[index] = candidate_result("dropped", reason=POLICY_DROP, explanation=refusal)
+            results[index] = CandidateOutcome.of("dropped", reason=POLICY_DROP, explanation=refusal)
             continue
         kept.append(index)
 
@@ -355,7 +405,7 @@ def pipeline_run(
         operation, existing, explanation = _judge(writer, text, vector)
         if operation == "merged":
             assert existing is not None
-            results[index] = candidate_result(
+            results[index] = CandidateOutcome.of(
                 "merged", fragment_id=existing.pk, reason="duplicate", explanation=explanation
             )
             continue
@@ -385,33 +435,17 @@ def pipeline_run(
             existing.retired_reason = Fragment.Retired.SUPERSEDED
             existing.successor = fragment
             existing.save(update_fields=["retired_at", "retired_reason", "successor"])
-            results[index] = candidate_result(
+            results[index] = CandidateOutcome.of(
                 "superseded", fragment_id=fragment.pk, superseded=existing.pk, reason="updated",
                 explanation=explanation,
             )
         else:
-            results[index] = candidate_result("stored", fragment_id=fragment.pk)
+            results[index] = CandidateOutcome.of("stored", fragment_id=fragment.pk)
 
     enrich = [str(f.pk) for f in created if f.embedding is None or f.resource_ref]
     if enrich:
-        from memoryhub.services.enrichment import enrichment_enqueue
-
         enrichment_enqueue(fragment_ids=enrich)
-    final = [r for r in results if r is not None]
-    return outcome_summary(final)
-
-
-def outcome_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    counts = {op: sum(1 for r in results if r["operation"] == op) for op in ("stored", "merged", "superseded",
-                                                                            "dropped", "proposed")}
-    drop_reasons = list(dict.fromkeys(r["reason"] for r in results if r["operation"] == "dropped"))
-    return {
-        "outcome": _outcome_line(counts, drop_reasons),
-        "results": results,
-        "review_state": None,
-        "dropped": counts["dropped"],
-        "drop_reasons": drop_reasons,
-    }
+    return WriteOutcome(results=tuple(r for r in results if r is not None))
 
 
 def _plural(count: int, word: str) -> str:
@@ -435,142 +469,4 @@ def _outcome_line(counts: dict[str, int], drop_reasons: list[str]) -> str:
     line = "; ".join(parts)
     return line[0].upper() + line[1:] + "."
 
-
-# --------------------------------------------------------------------------- idempotency
-
-
-def _payload_hash(*, content: str, session_id: str, resource: str) -> str:
-    payload = json.dumps({"content": content, "session_id": session_id, "resource": resource}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def _claim_key(*, tenant: Tenant, principal: str, key: str, payload_hash: str, now: dt.datetime
-               ) -> tuple[IdempotencyRecord | None, dict[str, Any] | None]:
-    """(record to fill, None) for a new key; (None, first answer) for a retry.
-    Inserting first makes a concurrent retry wait on the unique index until
-    this write commits, then read its answer."""
-    IdempotencyRecord.objects.filter(
-        tenant=tenant, principal=principal, key=key, created_at__lte=now - IDEMPOTENCY_WINDOW
-    ).delete()
-    try:
-        with transaction.atomic():
-            record = IdempotencyRecord.objects.create(
-                tenant=tenant, principal=principal, key=key, payload_hash=payload_hash, response={}, created_at=now
-            )
-        return record, None
-    except IntegrityError:
-        existing = IdempotencyRecord.objects.get(tenant=tenant, principal=principal, key=key)
-    if existing.payload_hash != payload_hash:
-        raise Conflict(
-            "This idempotency_key was already used in the last 24 hours for a different write; "
-            "use a new key for new content.",
-            field="idempotency_key",
-        )
-    return None, existing.response
-
-
-# --------------------------------------------------------------------------- the service
-
-
-def memory_write(
-    *,
-    caller: Caller,
-    content: str,
-    session_id: str | None = None,
-    resource: str | None = None,
-    idempotency_key: str | None = None,
-) -> dict[str, Any]:
-    """Store facts in the caller's private memory (people) or park them as a
-    proposal (agents); returns the memory_write output of contract 000."""
-    content = limits.text(content, field="content", max_chars=limits.CONTENT_MAX_CHARS, required=True)
-    session_id = limits.text(session_id, field="session_id", max_chars=limits.SESSION_ID_MAX_CHARS)
-    resource = limits.text(resource, field="resource", max_chars=limits.RESOURCE_MAX_CHARS).strip()
-    if idempotency_key is not None:
-        idempotency_key = limits.text(
-            idempotency_key, field="idempotency_key", max_chars=limits.IDEMPOTENCY_KEY_MAX_CHARS, required=True
-        )
-    payload_hash = _payload_hash(content=content, session_id=session_id, resource=resource)
-    # Keys are kept as digests: any length the contract allows fits, and the
-    # client's own key text is not stored.
-    key = (
-        "key:" + hashlib.sha256(idempotency_key.encode()).hexdigest() if idempotency_key
-        else f"payload:{payload_hash}"
-    )
-    now = timezone.now()
-
-    with transaction.atomic():
-        record, first_answer = _claim_key(
-            tenant=caller.tenant, principal=caller.principal_key, key=key, payload_hash=payload_hash, now=now
-        )
-        if first_answer is not None:
-            return first_answer
-        assert record is not None
-        if caller.agent is not None:
-            from memoryhub.services.proposals import proposal_park
-
-            output = proposal_park(caller=caller, content=content, session_id=session_id, resource=resource, now=now)
-        else:
-            output = pipeline_run(
-                writer=Writer(tenant=caller.tenant, user=caller.user, client_id=caller.client_id),
-                content=content, session_id=session_id, resource=resource, now=now,
-            )
-        record.response = output
-        record.save(update_fields=["response"])
-    return output
-
-
-# --------------------------------------------------------------------------- connected sources
-
-
-def fragment_ingest(
-    *,
-    source: Source,
-    value: str,
-    collection: Collection | None = None,
-    created_at: dt.datetime | None = None,
-    resources: Sequence[dict[str, Any]] = (),
-    confidence: float = 1.0,
-) -> tuple[Fragment, bool]:
-    """A connected source contributes a shared fragment (decision 6): into a
-    collection, attributed to the source's agent, with its resources and the
-    source's own created_at. Returns (fragment, created); the same live text
-    in the same collection from the same source is not stored twice."""
-    collection = collection or source.default_collection
-    if collection is None or collection.tenant_id != source.tenant_id:
-        raise InvalidArgument("A source's fragment needs a collection of its own workspace.", field="collection")
-    value = limits.text(value, field="value", max_chars=limits.CONTENT_MAX_CHARS, required=True).strip()
-    now = timezone.now()
-    with transaction.atomic():
-        existing = Fragment.objects.filter(
-            tenant_id=source.tenant_id, collection=collection, source=source, content_hash=fact_hash(value),
-            retired_at__isnull=True,
-        ).first()
-        if existing is not None:
-            return existing, False
-        fragment = Fragment.objects.create(
-            tenant_id=source.tenant_id,
-            collection=collection,
-            source=source,
-            value=value,
-            subject_key=subject_of(value),
-            confidence=confidence,
-            grounding_status=Fragment.Grounding.GROUNDED if resources else Fragment.Grounding.UNVERIFIED,
-            created_at=created_at or now,
-            recorded_at=now,
-            content_hash=fact_hash(value),
-        )
-        fragment.agents.add(source.agent)
-        for item in resources:
-            external_id = limits.text(item.get("id"), field="resources.id", max_chars=limits.RESOURCE_MAX_CHARS,
-                                      required=True)
-            resource, _ = Resource.objects.get_or_create(
-                tenant_id=source.tenant_id, external_id=external_id,
-                defaults={"title": item.get("title", "")[:500], "uri": item.get("uri", "")[:2000], "source": source,
-                          "created_at": item.get("created_at") or created_at},
-            )
-            fragment.resources.add(resource)
-        from memoryhub.services.enrichment import enrichment_enqueue
-
-        enrichment_enqueue(fragment_ids=[str(fragment.pk)])
-    return fragment, True
 

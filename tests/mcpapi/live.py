@@ -14,8 +14,8 @@ from typing import Any
 import uvicorn
 
 from mcpapi.auth import resource_url
-from mcpapi.caller import FULL_ENDPOINT, Endpoint
 from mcpapi.client import MEMORY_SCOPES, TokenVerifier
+from mcpapi.connection import FULL_ENDPOINT, Endpoint
 from mcpapi.gateway import GatewaySettings, build_app
 
 from .fakes import FakeVerifier, MemoryStore, mint_token, not_found_app, token_claims

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mcpapi.auth import resource_url
-from mcpapi.caller import FULL_ENDPOINT, READONLY_ENDPOINT
+from mcpapi.connection import FULL_ENDPOINT, READONLY_ENDPOINT
 from tests.support.deployments import McpDeployment
 
 from .rpc_http import call_tool, modern_headers, modern_request, post, tool_result

@@ -25,7 +25,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcpapi.caller import FULL_ENDPOINT
+from mcpapi.connection import FULL_ENDPOINT
 from tests.edge.live import edge_stack
 from tests.support.deployments import RealDeployment, single_process
 from tests.support.node import ConformanceTools, NodeToolsUnavailable, conformance_tools

@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpapi.caller import FULL_ENDPOINT, Caller
 from mcpapi.client import MEMORY_SCOPES, Principal
+from mcpapi.connection import FULL_ENDPOINT, Caller
 from mcpapi.server import CallLimits
 from mcpapi.tools import ToolCall, run_handler
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcpapi import schemas, tools
-from mcpapi.caller import ENDPOINTS
 from mcpapi.catalog import CATALOG, ToolSpec
+from mcpapi.connection import ENDPOINTS
 from mcpapi.identity import (
     IDENTITY_FIELD_NAMES,
     IdentityFieldError,

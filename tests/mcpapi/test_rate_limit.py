@@ -19,8 +19,8 @@ from redis import asyncio as aioredis
 
 import mcpapi
 from mcpapi.auth import resource_url
-from mcpapi.caller import FULL_ENDPOINT
 from mcpapi.client import MEMORY_SCOPES, Principal, VerificationThrottled
+from mcpapi.connection import FULL_ENDPOINT
 from mcpapi.ratelimit import RateLimiter
 from tests.support.deployments import REAL_DEPLOYMENTS, RealDeployment
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcpapi.caller import FULL_ENDPOINT, READONLY_ENDPOINT
+from mcpapi.connection import FULL_ENDPOINT, READONLY_ENDPOINT
 from tests.support.deployments import McpDeployment
 from tests.support.mcp_client import connect
 

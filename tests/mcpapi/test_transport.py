@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from mcpapi.caller import READONLY_ENDPOINT
+from mcpapi.connection import READONLY_ENDPOINT
 from tests.support.deployments import McpDeployment
 
 from .live import RunningServer

@@ -34,8 +34,8 @@ from typing import Any, Protocol, TypeVar
 import pytest
 
 from mcpapi.auth import resource_url
-from mcpapi.caller import FULL_ENDPOINT, Endpoint
 from mcpapi.client import MEMORY_SCOPES
+from mcpapi.connection import FULL_ENDPOINT, Endpoint
 from tests.conftest import free_port
 from tests.support.processes import forget_redis_keys, service_environment, spawn_uvicorn, wait_healthy
 

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from memoryhub.access import OPERATOR
 from memoryhub.errors import MemoryhubError
 from memoryhub.services.workspaces import workspace_create
 
@@ -13,7 +14,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, slug: str, name: str, **options):
         try:
-            tenant = workspace_create(slug=slug, name=name)
+            tenant = workspace_create(caller=OPERATOR, slug=slug, name=name, exist_ok=True)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"workspace {tenant.slug} ({tenant.id})")

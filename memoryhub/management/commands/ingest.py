@@ -34,9 +34,10 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from memoryhub.errors import MemoryhubError, NotFound
+from memoryhub.management.acting import acting_caller, add_acting_argument
 from memoryhub.models import Source
-from memoryhub.services import ingest
-from memoryhub.services.workspaces import tenant_get
+from memoryhub.services import enrichment, ingest
+from memoryhub.services.sources import source_get
 
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -164,9 +165,11 @@ class Command(BaseCommand):
         parser.add_argument("--embed-here", action="store_true",
                             help="After ingesting, embed what is pending in this process (no worker needed).")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
+        add_acting_argument(parser)
 
     def handle(self, *args: Any, workspace: str, source: str, path: str, collection: str | None,
-               delete_missing: bool, wait: bool, embed_here: bool, no_progress: bool, **options: Any) -> None:
+               delete_missing: bool, wait: bool, embed_here: bool, no_progress: bool, acting_as: str,
+               **options: Any) -> None:
         root = Path(path)
         is_folder = root.is_dir()
         if not is_folder and not (root.is_file() and root.suffix.lower() in JSONL_SUFFIXES):
@@ -174,7 +177,7 @@ class Command(BaseCommand):
         if delete_missing and not is_folder:
             raise CommandError("--delete-missing applies to a folder; a JSON Lines export says what it deletes.")
         try:
-            src = ingest.source_get(tenant=tenant_get(slug=workspace), name=source)
+            src = source_get(caller=acting_caller(workspace, acting_as), name=source)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
 
@@ -259,7 +262,7 @@ class Command(BaseCommand):
         with tqdm(total=pending, unit="fragment", desc="embedding", disable=no_progress,
                   file=self.stderr._out) as bar:
             while True:
-                run = ingest.fragments_embed_pending(source_id=src.pk, max_batches=1)
+                run = enrichment.fragments_embed_pending(source_id=src.pk, max_batches=1)
                 bar.update(run.embedded)
                 if not run.more:
                     break

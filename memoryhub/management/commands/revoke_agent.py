@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from memoryhub.errors import MemoryhubError
-from memoryhub.models import Agent
-from memoryhub.services.workspaces import agent_revoke, tenant_get
+from memoryhub.management.acting import acting_caller, add_acting_argument
+from memoryhub.services.agents import agent_revoke
 
 
 class Command(BaseCommand):
@@ -11,13 +11,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("workspace")
         parser.add_argument("name")
+        add_acting_argument(parser)
 
-    def handle(self, *args, workspace, name, **options):
+    def handle(self, *args, workspace, name, acting_as, **options):
         try:
-            agent = Agent.objects.get(tenant=tenant_get(slug=workspace), name=name)
-        except Agent.DoesNotExist:
-            raise CommandError(f"No agent named {name!r} in {workspace}.") from None
+            agent = agent_revoke(caller=acting_caller(workspace, acting_as), name=name)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
-        agent_revoke(agent=agent)
         self.stdout.write(f"agent {agent.name} in {workspace} revoked")

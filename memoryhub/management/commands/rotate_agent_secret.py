@@ -1,9 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from memoryhub.errors import MemoryhubError
+from memoryhub.management.acting import acting_caller, add_acting_argument
 from memoryhub.management.commands.register_agent import print_agent_credentials
-from memoryhub.models import Agent
-from memoryhub.services.workspaces import agent_rotate_secret, tenant_get
+from memoryhub.services.agents import agent_rotate_secret
 
 
 class Command(BaseCommand):
@@ -12,13 +12,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("workspace")
         parser.add_argument("name")
+        add_acting_argument(parser)
 
-    def handle(self, *args, workspace, name, **options):
+    def handle(self, *args, workspace, name, acting_as, **options):
         try:
-            agent = Agent.objects.get(tenant=tenant_get(slug=workspace), name=name)
-            creds = agent_rotate_secret(agent=agent)
-        except Agent.DoesNotExist:
-            raise CommandError(f"No agent named {name!r} in {workspace}.") from None
+            creds = agent_rotate_secret(caller=acting_caller(workspace, acting_as), name=name)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         print_agent_credentials(self, creds, workspace)

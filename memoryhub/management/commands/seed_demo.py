@@ -10,8 +10,11 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from memoryhub import access
 from memoryhub.models import Agent
-from memoryhub.services.workspaces import access_rule_grant, collection_create, tenant_get
+from memoryhub.services.access_rules import access_rule_grant
+from memoryhub.services.collections import collection_create
+from memoryhub.services.workspaces import workspace_get
 
 WORKSPACE = "demo"
 PEOPLE = [
@@ -50,11 +53,12 @@ class Command(BaseCommand):
             else:
                 os.environ["MEMORYHUB_PASSWORD"] = env_before
 
-        tenant = tenant_get(slug=WORKSPACE)
+        tenant = workspace_get(slug=WORKSPACE)
+        system = access.system_caller(tenant=tenant)
         for name, (description, roles) in COLLECTIONS.items():
-            collection_create(tenant=tenant, name=name, description=description)
+            collection_create(caller=system, name=name, description=description, exist_ok=True)
             for role in roles:
-                access_rule_grant(tenant=tenant, role=role, collection=name)
+                access_rule_grant(caller=system, role=role, collection=name, exist_ok=True)
 
         if not Agent.objects.filter(tenant=tenant, name="triage-bot").exists():
             out = io.StringIO()
@@ -77,5 +81,6 @@ class Command(BaseCommand):
         credentials_file.chmod(0o600)
         self.stdout.write(f"demo workspace ready ({created} new fragments)")
         for username, _, admin in PEOPLE:
-            self.stdout.write(f"  login {username!r:8} password {password!r}{'  (workspace admin)' if admin else ''}")
+            self.stdout.write(f"  workspace {WORKSPACE!r}  login {username!r:8} password {password!r}"
+                              f"{'  (workspace admin)' if admin else ''}")
         self.stdout.write(f"  agent triage-bot credentials: {credentials_file}")

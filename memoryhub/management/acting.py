@@ -1,0 +1,38 @@
+"""Who a management command acts as: a named admin of the workspace
+(`--as USERNAME`), or the explicit system caller when none is named. Either
+way the command calls the same caller-first services as the pages and APIs,
+which ask memoryhub.access; there is no unchecked twin for commands."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+
+from django.core.management.base import CommandError
+
+from memoryhub import access
+from memoryhub.access import Caller
+from memoryhub.errors import MemoryhubError
+from memoryhub.models import User
+from memoryhub.services.workspaces import workspace_get
+
+
+def add_acting_argument(parser: ArgumentParser) -> None:
+    parser.add_argument(
+        "--as", dest="acting_as", default="", metavar="USERNAME",
+        help="Act as this admin of the workspace (default: the system caller of whoever runs manage.py).",
+    )
+
+
+def acting_caller(workspace: str, acting_as: str = "") -> Caller:
+    try:
+        tenant = workspace_get(slug=workspace)
+        if not acting_as:
+            return access.system_caller(tenant=tenant)
+        user = User.objects.filter(tenant=tenant, username__iexact=acting_as).first()
+        if user is None:
+            raise CommandError(f"No person named {acting_as!r} in {workspace}.")
+        caller = access.caller_for_user(user=user, client_id="manage.py")
+        access.require_admin(caller)
+        return caller
+    except MemoryhubError as exc:
+        raise CommandError(exc.message) from exc

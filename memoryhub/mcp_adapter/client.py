@@ -1,0 +1,152 @@
+"""The in-process `mcpapi.client.MemoryClient`: the MCP tools' way into the
+memory services when both run in one process (and, behind the internal API,
+the edge deployment's too).
+
+Each call checks the scope its operation needs (memoryhub.access.require_scope,
+the contract's one table), turns the verified `Principal` into a domain
+`Caller` (nothing from the tool arguments takes part in that), runs one
+service in a worker thread, renders the domain's result as the contract's
+output (memoryhub.mcp_adapter.render) and maps the domain's `MemoryhubError`
+to `MemoryServiceError`, the only failure type the MCP layer knows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from mcpapi.client import MemoryServiceError, Principal
+from memoryhub import access
+from memoryhub.embeddings import get_embedder
+from memoryhub.errors import MemoryhubError
+from memoryhub.mcp_adapter import render
+from memoryhub.services.fragments import fragment_write
+from memoryhub.services.receipts import receipt_replay
+from memoryhub.services.search import fragments_search
+
+logger = logging.getLogger("memoryhub.mcp_adapter")
+
+T = TypeVar("T")
+
+# A probe slower than this still works, but a search would feel it.
+PROBE_DEGRADED_AFTER_SECONDS = 2.0
+PROBE_STATEMENT_TIMEOUT = "3s"
+# How much sooner than the MCP layer's read timeout the domain's own deadline falls.
+DEADLINE_MARGIN_SECONDS = 0.5
+
+
+def caller_for(principal: Principal, *, operation: str) -> access.Caller:
+    """The domain caller for `operation`, when the credential's scopes allow it."""
+    access.require_scope(principal.scopes, operation)
+    return access.caller_from_principal(
+        tenant=principal.tenant, subject=principal.subject, kind=principal.kind, client_id=principal.client_id
+    )
+
+
+class InProcessMemoryClient:
+    def __init__(self, *, read_timeout: float | None = None) -> None:
+        self.read_timeout = read_timeout or settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS
+
+    @property
+    def _deadline(self) -> float:
+        """The domain's deadline: the database cancels a slow read a little before the MCP
+        layer stops waiting for it, so the caller reads the domain's own explanation and no
+        statement is left running after the answer."""
+        budget = min(self.read_timeout, settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS)
+        return max(budget / 2, budget - DEADLINE_MARGIN_SECONDS)
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        def in_thread() -> T:
+            close_old_connections()
+            try:
+                return work()
+            except MemoryhubError as exc:
+                raise MemoryServiceError(exc.code, exc.message) from exc
+            finally:
+                # Worker threads are pooled: give back what CONN_MAX_AGE says not to keep.
+                close_old_connections()
+
+        # Not thread-sensitive: a slow search must not queue every other call
+        # (a whoami probe included) behind it on Django's single sync thread.
+        return await sync_to_async(in_thread, thread_sensitive=False)()
+
+    async def search(self, principal: Principal, arguments: dict[str, Any]) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            caller = caller_for(principal, operation="memory_search")
+            # Each argument by name: anything else in `arguments` never reaches the domain.
+            result = fragments_search(
+                caller=caller,
+                query=arguments.get("query", ""),
+                limit=arguments.get("limit"),
+                as_of=arguments.get("as_of"),
+                created_after=arguments.get("created_after"),
+                created_before=arguments.get("created_before"),
+                resource_ids=arguments.get("resource_ids"),
+                agents=arguments.get("agents"),
+                task=arguments.get("task"),
+                task_tags=arguments.get("task_tags"),
+                deadline_seconds=self._deadline,
+                budget=render.SEARCH_RESULT_BUDGET,
+            )
+            return render.search_output(result)
+
+        return await self._run(work)
+
+    async def write(self, principal: Principal, arguments: dict[str, Any]) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            caller = caller_for(principal, operation="memory_write")
+            outcome = fragment_write(
+                caller=caller,
+                content=arguments.get("content", ""),
+                session_id=arguments.get("session_id"),
+                resource=arguments.get("resource"),
+                idempotency_key=arguments.get("idempotency_key"),
+            )
+            return render.write_output(outcome)
+
+        return await self._run(work)
+
+    async def receipt(self, principal: Principal, receipt_id: str) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            caller = caller_for(principal, operation="memory_receipt")
+            replay = receipt_replay(caller=caller, receipt_id=receipt_id, deadline_seconds=self._deadline,
+                                    budget=render.SEARCH_RESULT_BUDGET)
+            return render.receipt_output(replay)
+
+        return await self._run(work)
+
+    async def probe(self, principal: Principal) -> str:
+        def work() -> str:
+            started = time.monotonic()
+            try:
+                caller = caller_for(principal, operation="whoami")
+                with transaction.atomic():
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [PROBE_STATEMENT_TIMEOUT])
+                    policy = access.read_policy(caller=caller, as_of=timezone.now())
+                    access.visible_fragments(policy).exists()
+            except MemoryhubError:
+                return "unavailable"
+            except Exception:  # noqa: BLE001 - the probe reports a failing database as a state
+                logger.exception("read-pool probe failed")
+                return "unavailable"
+            try:
+                get_embedder().embed(["probe"])
+            except Exception:  # noqa: BLE001 - search answers lexically without the embedder
+                logger.exception("read-pool probe: the embedder failed")
+                return "degraded"
+            return "degraded" if time.monotonic() - started > PROBE_DEGRADED_AFTER_SECONDS else "ready"
+
+        return await self._run(work)
+
+
+def inprocess_client_factory(*, read_timeout: float) -> InProcessMemoryClient:
+    """`mcpapi.client.MemoryClientFactory` for the single-process deployment."""
+    return InProcessMemoryClient(read_timeout=read_timeout)

@@ -1,0 +1,41 @@
+"""Composes the process's ASGI application: the MCP gateway owns /mcp and
+/mcp/readonly (and the lifespan); every other path goes to Django.
+
+In this single-process deployment the gateway verifies tokens against the
+database and reaches memory through the in-process client; both sit behind
+the same interfaces the edge deployment implements over HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from mcpapi.gateway import GatewaySettings, build_app
+
+
+def gateway_settings() -> GatewaySettings:
+    return GatewaySettings(
+        base_url=settings.BASE_URL,
+        allowed_origins=frozenset(settings.MEMORYHUB_ALLOWED_ORIGINS),
+        redis_url=settings.REDIS_URL,
+        rate_per_minute=settings.MEMORYHUB_RATE_PER_MINUTE,
+        rate_burst=settings.MEMORYHUB_RATE_BURST,
+        rate_limit_key_prefix=f"{settings.CACHES['default']['KEY_PREFIX']}:mcp:rate:",
+        call_deadline=settings.MEMORYHUB_TOOL_DEADLINE_SECONDS,
+        upstream_read_timeout=settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS,
+    )
+
+
+def build_asgi_application(django_app: Any) -> Any:
+    # Imported here, not at the top: they import models, which need the Django
+    # application that memoryhub.asgi builds first.
+    from memoryhub.mcp_adapter.client import inprocess_client_factory
+    from memoryhub.mcp_adapter.verifier import DatabaseTokenVerifier
+
+    return build_app(
+        verifier=DatabaseTokenVerifier(),
+        client_factory=inprocess_client_factory,
+        fallback=django_app,
+        settings=gateway_settings(),
+    )

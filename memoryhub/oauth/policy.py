@@ -1,0 +1,271 @@
+"""memoryhub's OAuth policy, plugged into django-oauth-toolkit through its seams:
+the validator class, the oauthlib server class, the scopes backend and the client
+ID metadata document fetcher (see OAUTH2_PROVIDER in settings).
+
+The rules, in one place (who may hold what is memoryhub.access's: this module
+asks `grantable_scopes` and `token_holder`):
+
+- Audience (RFC 8707): a token is issued for exactly one of our resource URLs,
+  BASE_URL + "/mcp" or + "/mcp/readonly"; a request naming none gets "/mcp".
+  Connected sources' ingest tokens carry no MCP audience at all.
+- Scopes: people's clients may ask for the memory scopes; an agent gets the part
+  of what it asks for that its admin granted (never memory.audit); a source gets
+  "ingest" only. Internal scopes (registration, introspection, ingest) are never
+  advertised and never open an MCP tool (see memoryhub.oauth.tokens).
+- Lifetimes: people's access tokens live 15 minutes and come with a rotating
+  refresh token; client-credentials tokens live 60 minutes and come alone.
+- PKCE with S256 only, and redirect URIs that match a registered one exactly and
+  are https or http on a loopback address.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import oauthlib.oauth2
+from django.conf import settings
+from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher
+from oauth2_provider.models import Application
+from oauth2_provider.oauth2_validators import OAuth2Validator as ToolkitValidator
+from oauth2_provider.scopes import SettingsScopes
+from oauth2_provider.settings import oauth2_settings
+from oauthlib.oauth2.rfc6749 import errors
+
+from memoryhub import access
+from memoryhub.access import INGEST_SCOPE, MEMORY_SCOPES
+
+PERSON_TOKEN_SECONDS = 15 * 60
+AGENT_TOKEN_SECONDS = 60 * 60
+REGISTRATION_SCOPE = "registration"
+INTROSPECTION_SCOPE = "introspection"
+INTERNAL_SCOPES = (REGISTRATION_SCOPE, INTROSPECTION_SCOPE, INGEST_SCOPE)
+# What a person's client gets when it names no scope: enough to search, nothing more.
+PERSON_DEFAULT_SCOPES = ("memory.read",)
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+# RFC 7636 §4.2: 43 to 128 unreserved characters.
+CODE_CHALLENGE = re.compile(r"[A-Za-z0-9\-._~]{43,128}")
+MCP_PATH = "/mcp"
+MCP_READONLY_PATH = "/mcp/readonly"
+
+
+# ---------------------------------------------------------------- resources
+
+
+def resource_url(path: str) -> str:
+    # Read at call time: the public origin is configuration, and tests move it.
+    return settings.BASE_URL.rstrip("/") + path
+
+
+def resource_urls() -> tuple[str, str]:
+    return resource_url(MCP_PATH), resource_url(MCP_READONLY_PATH)
+
+
+def issuer() -> str:
+    """Our RFC 8414 issuer identifier: the public origin (OIDC_ISS_ENDPOINT in settings)."""
+    return oauth2_settings.OIDC_ISS_ENDPOINT or settings.BASE_URL.rstrip("/")
+
+
+def token_checksum(raw_token: str) -> str:
+    """The lookup key DOT stores for a token (the token itself is not stored)."""
+    return hashlib.sha256(raw_token.encode("utf-8")).hexdigest()
+
+
+def _invalid_target(description: str, request) -> errors.CustomOAuth2Error:
+    return errors.CustomOAuth2Error(error="invalid_target", description=description, request=request)
+
+
+def token_audience(application: Application, requested: list[str], request) -> list[str]:
+    """The one resource a token for `application` is issued for, or invalid_target."""
+    if is_source_client(application):
+        if requested:
+            raise _invalid_target("Ingestion credentials are not issued for a resource.", request)
+        return []
+    if len(requested) > 1:
+        raise _invalid_target("Ask for one resource per token.", request)
+    if requested and requested[0] not in resource_urls():
+        raise _invalid_target(
+            f"Tokens are issued only for {' and '.join(resource_urls())}.", request
+        )
+    return list(requested) or [resource_url(MCP_PATH)]
+
+
+def _requested_resources(request) -> list[str]:
+    # After consent DOT hands the resources over as a list (from the form); on the
+    # first visit they are still repeated query parameters, of which oauthlib keeps
+    # only the last, so read them all from the query string.
+    if isinstance(request.resource, list):
+        return request.resource
+    try:
+        return [value for key, value in request.uri_query_params if key == "resource"]
+    except ValueError:
+        raise errors.InvalidRequestFatalError(description="Unable to parse query string", request=request) from None
+
+
+def check_authorization_request(request) -> dict:
+    """oauthlib pre-authorization hook: refuse what consent must never be asked for.
+
+    Runs on the first visit and again when the consent form comes back, so a
+    tampered hidden field meets the same rules.
+    """
+    if not request.code_challenge:
+        raise errors.MissingCodeChallengeError(request=request)
+    if not CODE_CHALLENGE.fullmatch(request.code_challenge):
+        raise errors.InvalidRequestError(description="code_challenge is malformed (RFC 7636).", request=request)
+    if request.code_challenge_method != "S256":
+        # oauthlib defaults a missing method to "plain"; RFC 9700 wants S256 only.
+        raise errors.InvalidRequestError(description="code_challenge_method must be S256.", request=request)
+    request.resource = token_audience(request.client, _requested_resources(request), request)
+    return {}
+
+
+# ---------------------------------------------------------------- redirects
+
+
+def redirect_uri_allowed(uri: str) -> bool:
+    """https anywhere, or plain http to this machine's loopback (RFC 8252 §7.3)."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return False
+    if parts.fragment or "#" in uri or "@" in parts.netloc or "*" in parts.netloc or not parts.hostname:
+        return False
+    if parts.scheme == "https":
+        return True
+    return parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS
+
+
+def with_issuer(url: str) -> str:
+    """The redirect with RFC 9207's `iss` set, if it is not there already."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key == "iss" for key, _ in query):
+        return url
+    return urlunsplit(parts._replace(query=urlencode([*query, ("iss", issuer())])))
+
+
+# ---------------------------------------------------------------- scopes
+
+
+def is_source_client(application: Application | None) -> bool:
+    agent = access.agent_of(application)
+    return agent is not None and agent.kind == agent.Kind.SOURCE
+
+
+class ScopePolicy(SettingsScopes):
+    """DOT's scopes backend. With no application (discovery) it answers with the
+    memory scopes only, so internal scopes never reach any metadata document."""
+
+    def get_available_scopes(self, application=None, request=None, *args, **kwargs):
+        return sorted(access.grantable_scopes(application))
+
+    def get_default_scopes(self, application=None, request=None, *args, **kwargs):
+        available = access.grantable_scopes(application)
+        if application is not None and access.agent_of(application) is not None:
+            return sorted(available)
+        return [scope for scope in PERSON_DEFAULT_SCOPES if scope in available]
+
+
+# ---------------------------------------------------------------- lifetimes
+
+
+def access_token_lifetime(request) -> int:
+    """Seconds an access token lives: agents (client credentials) an hour, people 15 minutes."""
+    if request.grant_type == "client_credentials":
+        return AGENT_TOKEN_SECONDS
+    return PERSON_TOKEN_SECONDS
+
+
+class Server(oauthlib.oauth2.Server):
+    """oauthlib's server with our lifetimes and authorization-request rules."""
+
+    def __init__(self, request_validator, token_expires_in=None, *args, **kwargs):
+        # ACCESS_TOKEN_EXPIRE_SECONDS is one number; the lifetime depends on the grant.
+        super().__init__(request_validator, access_token_lifetime, *args, **kwargs)
+        self.auth_grant.custom_validators.pre_auth.append(check_authorization_request)
+        # Decide the audience while a refusal can still reach the client as a proper
+        # OAuth error; DOT would otherwise decide it only while saving the token.
+        for grant in (self.auth_grant, self.credentials_grant, self.refresh_grant):
+            grant.custom_validators.post_token.append(request_validator.validate_token_resource)
+
+
+# ---------------------------------------------------------------- validator
+
+
+class OAuth2Validator(ToolkitValidator):
+    def validate_scopes(self, client_id, scopes, client, request, *args, **kwargs):
+        allowed = access.grantable_scopes(client)
+        if request.grant_type != "client_credentials" or access.agent_of(client) is None:
+            return set(scopes) <= allowed
+        # An agent asks before it knows its grant (MCP clients ask for what the
+        # resource's challenge lists), so it gets the part of the memory scopes it
+        # asked for that its admin granted (RFC 6749 §3.3; the response says which).
+        # Anything else, or nothing grantable, is refused.
+        if not set(scopes) <= set(MEMORY_SCOPES) | allowed:
+            return False
+        granted = [scope for scope in scopes if scope in allowed]
+        request.scopes = granted
+        return bool(granted)
+
+    def validate_redirect_uri(self, client_id, redirect_uri, request, *args, **kwargs):
+        # Exact string match. DOT would accept a loopback URI on any port (RFC 8252);
+        # MCP clients register the URI they will use, so exact costs them nothing.
+        registered = request.client.redirect_uris.split()
+        return redirect_uri_allowed(redirect_uri) and redirect_uri in registered
+
+    def validate_token_resource(self, request) -> None:
+        """The token's audience: DOT normalises the request's resources and inherits
+        the grant's or refresh token's; we then insist on exactly one of ours."""
+        super()._check_and_set_request_resource(request)
+        request.resource = token_audience(request.client, request.resource, request)
+
+    def _check_and_set_request_resource(self, request):
+        # DOT calls this while saving the token; it was settled in validation already
+        # (see Server), and settling it again gives the same answer.
+        self.validate_token_resource(request)
+
+    def validate_refresh_token(self, refresh_token, client, request, *args, **kwargs):
+        valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
+        # A person who left (deactivated, removed from the workspace) stops refreshing at once.
+        return valid and access.token_holder(application=client, user=request.user) is not None
+
+
+# ---------------------------------------------------------------- client metadata documents
+
+
+def client_metadata_problem(metadata: dict) -> str | None:
+    """Why a client's self-description (RFC 7591 / CIMD) breaks our registration
+    policy, or None: public clients, authorization code, memory scopes, and
+    https or loopback redirect URIs."""
+    redirect_uris = metadata.get("redirect_uris")
+    if not isinstance(redirect_uris, list) or not redirect_uris:
+        return "redirect_uris must list at least one URI"
+    bad = [uri for uri in redirect_uris if not isinstance(uri, str) or not redirect_uri_allowed(uri)]
+    if bad:
+        return "redirect URIs must be https, or http on a loopback address (127.0.0.1, [::1], localhost)"
+    grant_types = metadata.get("grant_types", ["authorization_code"])
+    if not isinstance(grant_types, list) or not set(grant_types) <= {"authorization_code", "refresh_token"}:
+        return "grant_types may only be authorization_code and refresh_token"
+    response_types = metadata.get("response_types", ["code"])
+    if response_types != ["code"]:
+        return "response_types may only be code"
+    scope = metadata.get("scope", "")
+    if not isinstance(scope, str) or not set(scope.split()) <= set(MEMORY_SCOPES):
+        return f"scope may name only {', '.join(MEMORY_SCOPES)}"
+    return None
+
+
+class ClientMetadataFetcher(SafeMetadataFetcher):
+    """DOT's SSRF-hardened CIMD fetcher, plus our registration policy."""
+
+    def fetch(self, client_id):
+        metadata, max_age = super().fetch(client_id)
+        return checked_client_metadata(metadata), max_age
+
+
+def checked_client_metadata(metadata: dict) -> dict:
+    problem = client_metadata_problem(metadata)
+    if problem:
+        raise CIMDError(problem)
+    return metadata

@@ -1,0 +1,88 @@
+"""Verifying an access token for one of our resources, from this process's
+database.
+
+A token verifies only when it is a django-oauth-toolkit access token (looked up
+by its checksum: tokens are stored hashed), unexpired, issued for exactly the
+resource being called, and held by someone still entitled to it
+(memoryhub.access.token_holder: a live person of a workspace, or a live agent);
+its scopes are cut to what that holder may hold today and must leave at least
+one memory scope. Registration tokens, a source's ingest token, and a token for
+/mcp used at /mcp/readonly (or the reverse) do not verify.
+
+Used by the MCP adapter's token verifier, the token exchange and the internal
+API. The result is a `VerifiedToken` of the domain; the MCP adapter turns it
+into the MCP layer's principal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal
+
+from oauth2_provider.models import AccessToken
+
+from memoryhub import access
+from memoryhub.access import MEMORY_SCOPES
+
+# DOT's tokens are 30 characters; anything far longer is not one of ours and is
+# not worth hashing.
+MAX_TOKEN_LENGTH = 512
+
+
+@dataclass(frozen=True)
+class VerifiedToken:
+    """Who a verified token says the caller is, and what it opens."""
+
+    tenant: str
+    subject: str
+    kind: Literal["user", "agent"]
+    scopes: frozenset[str]
+    client_id: str
+    # The resource (RFC 8707 audience) it was verified for.
+    resource: str
+
+    @property
+    def memory_scopes(self) -> list[str]:
+        return sorted(s for s in self.scopes if s in MEMORY_SCOPES)
+
+
+def token_checksum(raw_token: str) -> str:
+    """The lookup key DOT stores for a token (the token itself is not stored)."""
+    return hashlib.sha256(raw_token.encode("utf-8")).hexdigest()
+
+
+def access_token_row(token: str) -> AccessToken | None:
+    """The stored token (with its application and user) for a raw token, or None."""
+    if not token or len(token) > MAX_TOKEN_LENGTH:
+        return None
+    return (
+        AccessToken.objects.select_related("application", "user")
+        .filter(token_checksum=token_checksum(token))
+        .first()
+    )
+
+
+def token_verified(token: str, *, resource: str) -> VerifiedToken | None:
+    row = access_token_row(token)
+    return verified_row(row, resource=resource) if row is not None else None
+
+
+def verified_row(row: AccessToken, *, resource: str) -> VerifiedToken | None:
+    """What a stored token stands for at `resource`, or None."""
+    if row.is_expired() or row.application is None:
+        return None
+    # Exact match: DOT's own check is a URL-prefix match, which would let a
+    # /mcp token through at /mcp/readonly.
+    if resource not in (row.resource or []):
+        return None
+    holder = access.token_holder(application=row.application, user=row.user)
+    if holder is None or holder.kind == "source":
+        return None
+    scopes = frozenset(row.scope.split()) & holder.scopes & frozenset(MEMORY_SCOPES)
+    if not scopes:
+        return None
+    return VerifiedToken(
+        tenant=str(holder.tenant.pk), subject=holder.subject, kind=holder.kind, scopes=scopes,
+        client_id=row.application.client_id, resource=resource,
+    )

@@ -1,0 +1,126 @@
+"""Forms of the people's and admins' pages: they parse input; the services
+decide (and refuse with a field named, which the views put on the form)."""
+
+from __future__ import annotations
+
+from django import forms
+
+from contract import limits
+from memoryhub.access import AGENT_SCOPES
+from memoryhub.errors import MemoryhubError
+from memoryhub.models import Tenant
+
+
+def set_choices(field: forms.Field, choices: list) -> None:
+    assert isinstance(field, forms.ChoiceField)
+    field.choices = choices
+
+
+def form_error(form: forms.Form, exc: MemoryhubError) -> None:
+    """A service's refusal, on the field it names (or the whole form)."""
+    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+
+
+# --------------------------------------------------------------------------- a person's memory
+
+
+class SearchForm(forms.Form):
+    q = forms.CharField(label="Search your memory", max_length=limits.QUERY_MAX_CHARS, required=False)
+    as_of = forms.DateTimeField(
+        label="As it stood at (UTC)", required=False,
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+        help_text="Leave empty for now.",
+    )
+    limit = forms.IntegerField(label="At most", min_value=limits.LIMIT_MIN, max_value=limits.LIMIT_MAX,
+                               required=False, widget=forms.NumberInput(attrs={"inputmode": "numeric"}))
+
+
+# --------------------------------------------------------------------------- workspace administration
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150, help_text="What they sign in with, in this workspace.",
+                               widget=forms.TextInput(attrs={"autocomplete": "off", "autocapitalize": "none"}))
+    email = forms.EmailField(required=False)
+    password = forms.CharField(widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}), strip=False,
+                               help_text="At least 10 characters; they can change it later.")
+    roles = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    is_admin = forms.BooleanField(required=False, label="Workspace admin")
+
+    def __init__(self, *args, roles: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        set_choices(self.fields["roles"], [(name, name) for name in roles])
+
+
+class MemberForm(forms.Form):
+    roles = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    is_admin = forms.BooleanField(required=False, label="Workspace admin")
+
+    def __init__(self, *args, roles: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        set_choices(self.fields["roles"], [(name, name) for name in roles])
+
+
+class NamedForm(forms.Form):
+    name = forms.SlugField(max_length=64, help_text="Letters, digits and hyphens.")
+    description = forms.CharField(max_length=200, required=False)
+
+
+class AccessRuleForm(forms.Form):
+    role = forms.ChoiceField()
+    collection = forms.ChoiceField()
+
+    def __init__(self, *args, roles: list[str], collections: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        set_choices(self.fields["role"], [(name, name) for name in roles])
+        set_choices(self.fields["collection"], [(name, name) for name in collections])
+
+
+class SourceForm(forms.Form):
+    name = forms.SlugField(max_length=64, help_text="Agents name it in `agents` to read what it contributed.")
+    kind = forms.CharField(max_length=64, initial="documents", help_text="documents, tickets, chat…")
+    collection = forms.ChoiceField(required=False, label="Default collection")
+
+    def __init__(self, *args, collections: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        set_choices(self.fields["collection"],
+                    [("", "None (it names one with each document)")] + [(name, name) for name in collections])
+
+
+SCOPE_LABELS = {
+    "memory.read": "memory.read: search the memory its roles can see",
+    "memory.write": "memory.write: propose facts (each waits for an admin's approval)",
+}
+
+
+class AgentForm(forms.Form):
+    name = forms.SlugField(max_length=64, help_text="Letters, digits and hyphens; callers name it in `agents`.")
+    display_name = forms.CharField(max_length=200, required=False)
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope, SCOPE_LABELS[scope]) for scope in AGENT_SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        initial=["memory.read"],
+    )
+    roles = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+
+    def __init__(self, *args, roles: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        set_choices(self.fields["roles"], [(name, name) for name in roles])
+
+
+class SettingsForm(forms.Form):
+    judgment_plane = forms.BooleanField(
+        required=False, label="Judgment plane",
+        help_text="Arrange search results for the caller's task and task tags. Never changes what is visible.",
+    )
+    relevance_floor = forms.FloatField(
+        min_value=0.0, max_value=1.0, label="Relevance floor",
+        widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
+        help_text="0 to 1. A search abstains when no visible fragment scores at or above it.",
+    )
+    write_policy = forms.ChoiceField(choices=Tenant.WritePolicy.choices, label="Write policy")
+    blocked_terms = forms.CharField(
+        required=False, label="Blocked terms", widget=forms.Textarea(attrs={"rows": 5}),
+        help_text="One per line. With the blocklist policy, facts mentioning one are dropped (policy_drop).",
+    )

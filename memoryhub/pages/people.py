@@ -1,0 +1,150 @@
+"""People's own pages: home, my memory (browse, search, provenance, forget),
+receipts (their own reads, replayed) and connected apps. Views parse input,
+call one service and render it; the services decide what a person may see."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from memoryhub import access, errors
+from memoryhub.mcp_adapter.render import SEARCH_RESULT_BUDGET
+from memoryhub.oauth.policy import PERSON_TOKEN_SECONDS
+from memoryhub.pages.callers import SignedInRequest, login_required, person_caller
+from memoryhub.pages.forms import SearchForm, form_error
+from memoryhub.services import connected_apps, fragments, proposals, receipts
+from memoryhub.services.search import fragments_search
+
+
+def _cursor(request: HttpRequest) -> str | None:
+    return request.GET.get("cursor") or None
+
+
+@require_GET
+@login_required
+def home(request: SignedInRequest) -> HttpResponse:
+    context: dict = {"membership": access.person_membership(request.user)}
+    if context["membership"] is not None:
+        context["pending"] = proposals.proposals_pending_count(caller=person_caller(request))
+    return render(request, "pages/home.html", context)
+
+
+@require_GET
+@login_required
+def my_memory(request: SignedInRequest) -> HttpResponse:
+    """Browse one's own memory newest first; with a query, search everything
+    one may see through the same service the MCP tool calls (and get a receipt)."""
+    caller = person_caller(request)
+    form = SearchForm(request.GET or None)
+    context: dict = {"form": form, "include_retired": request.GET.get("show") == "all"}
+    status = 200
+    if form.is_bound and form.is_valid() and form.cleaned_data["q"].strip():
+        as_of = form.cleaned_data["as_of"]
+        try:
+            result = fragments_search(
+                caller=caller, query=form.cleaned_data["q"], limit=form.cleaned_data["limit"],
+                as_of=as_of.astimezone(dt.UTC) if as_of else None,
+            )
+        except errors.MemoryhubError as exc:
+            form_error(form, exc)
+            status = 400
+        else:
+            context["result"] = result
+            context["owned"] = {hit.fragment.pk for hit in result.hits if access.owns_fragment(caller, hit.fragment)}
+    elif form.is_bound and not form.is_valid():
+        status = 400
+    try:
+        context["page"] = fragments.fragments_browse(
+            caller=caller, cursor=_cursor(request), include_retired=context["include_retired"]
+        )
+    except errors.InvalidArgument as exc:
+        messages.error(request, exc.message)
+        return redirect("my_memory")
+    return render(request, "pages/memory.html", context, status=status)
+
+
+@require_GET
+@login_required
+def fragment_detail(request: SignedInRequest, fragment_id: uuid.UUID) -> HttpResponse:
+    caller = person_caller(request)
+    view = fragments.fragment_get(caller=caller, fragment_id=fragment_id)
+    replaced, successor = fragments.fragment_history(caller=caller, fragment=view.fragment)
+    return render(request, "pages/fragment.html", {"view": view, "replaced": replaced, "successor": successor})
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def fragment_forget(request: SignedInRequest, fragment_id: uuid.UUID) -> HttpResponse:
+    """GET asks to confirm; POST forgets: the fragment is retired now, and
+    reads of the past still see it."""
+    caller = person_caller(request)
+    view = fragments.fragment_get(caller=caller, fragment_id=fragment_id)
+    if not view.owned:
+        # Shared memory belongs to its collection; only one's own is forgotten here.
+        raise errors.NotFound(fragments.NOT_YOURS)
+    if request.method == "GET":
+        return render(request, "pages/forget.html", {"view": view})
+    try:
+        fragments.fragment_forget(caller=caller, fragment_id=view.fragment.pk)
+    except errors.Conflict as exc:
+        messages.error(request, exc.message)
+        return redirect("fragment_detail", fragment_id=view.fragment.pk)
+    messages.success(request, "Forgotten. Searches no longer find it; a search of the past (as of an earlier "
+                              "time) still does, and your receipts still account for it.")
+    return redirect("my_memory")
+
+
+@require_GET
+@login_required
+def receipt_list(request: SignedInRequest) -> HttpResponse:
+    caller = person_caller(request)
+    try:
+        page = receipts.receipts_browse(caller=caller, cursor=_cursor(request))
+    except errors.InvalidArgument as exc:
+        messages.error(request, exc.message)
+        return redirect("receipt_list")
+    return render(request, "pages/receipts.html", {"page": page})
+
+
+@require_GET
+@login_required
+def receipt_detail(request: SignedInRequest, receipt_id: str) -> HttpResponse:
+    """One of the person's receipts, replayed now: what it served then, what
+    the identical read serves today, and the difference. A read made over MCP
+    was cut to the MCP result budget; the replay is cut to the same one."""
+    caller = person_caller(request)
+    try:
+        replay = receipts.receipt_replay(caller=caller, receipt_id=receipt_id, budget=SEARCH_RESULT_BUDGET)
+    except errors.InvalidArgument:
+        raise errors.NotFound(receipts.RECEIPT_NOT_YOURS) from None
+    shown = receipts.receipt_fragments(caller=caller, fragment_ids=[*replay.served_then, *replay.served_now])
+    rows = {
+        name: [(pk, shown.get(pk)) for pk in getattr(replay, name)]
+        for name in ("served_then", "served_now", "missing_now", "extra_now")
+    }
+    return render(request, "pages/receipt.html", {"replay": replay, "rows": rows})
+
+
+@require_GET
+@login_required
+def connected_apps_page(request: SignedInRequest) -> HttpResponse:
+    apps = connected_apps.connected_apps_list(caller=person_caller(request))
+    return render(request, "account/connected_apps.html",
+                  {"apps": apps, "token_minutes": PERSON_TOKEN_SECONDS // 60})
+
+
+@require_POST
+@login_required
+def disconnect_app(request: SignedInRequest, application_id: int) -> HttpResponse:
+    if connected_apps.connected_app_disconnect(caller=person_caller(request), application_id=application_id):
+        messages.success(
+            request,
+            f"Disconnected. The app can no longer renew its access; an access token it already "
+            f"holds keeps working until it expires, at most {PERSON_TOKEN_SECONDS // 60} minutes.",
+        )
+    return redirect("connected_apps")

@@ -1,0 +1,370 @@
+"""Workspace administration for a workspace's admins: members and roles,
+collections, access rules (with the two checks beside them), headless agents,
+connected sources and the workspace's settings. An admin only ever sees their
+own workspace; superusers have the Django admin. Every view parses input,
+calls one service (which asks memoryhub.access) and renders."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from memoryhub import errors
+from memoryhub.access import Caller
+from memoryhub.oauth.policy import AGENT_TOKEN_SECONDS, MCP_PATH, MCP_READONLY_PATH, resource_url
+from memoryhub.pages.callers import SignedInRequest, admin_caller, login_required
+from memoryhub.pages.forms import (
+    AccessRuleForm,
+    AgentForm,
+    MemberAddForm,
+    MemberForm,
+    NamedForm,
+    SettingsForm,
+    SourceForm,
+    form_error,
+)
+from memoryhub.services import access_rules, agents, collections, members, roles, sources, workspaces
+from memoryhub.services.agents import AgentCredentials
+
+
+def _role_names(caller: Caller) -> list[str]:
+    return [role.name for role in roles.roles_list(caller=caller)]
+
+
+def _collection_names(caller: Caller) -> list[str]:
+    return [collection.name for collection in collections.collections_list(caller=caller)]
+
+
+def _no_store(response: HttpResponse) -> HttpResponse:
+    # A secret is on this page and nowhere else: keep it out of every cache.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+# --------------------------------------------------------------------------- overview
+
+
+@require_GET
+@login_required
+def overview(request: SignedInRequest) -> HttpResponse:
+    summary = workspaces.workspace_overview(caller=admin_caller(request))
+    return render(request, "workspace/overview.html", {"workspace": summary.workspace, "summary": summary})
+
+
+# --------------------------------------------------------------------------- members and roles
+
+
+def _render_members(request: SignedInRequest, caller: Caller, *, add_form: MemberAddForm | None = None,
+                    role_form: NamedForm | None = None, status: int = 200) -> HttpResponse:
+    names = _role_names(caller)
+    listed = [
+        (membership, MemberForm(roles=names, prefix=f"m{membership.user_id}", initial={
+            "roles": [role.name for role in membership.roles.all()], "is_admin": membership.is_admin,
+        }))
+        for membership in members.members_list(caller=caller)
+    ]
+    return render(request, "workspace/members.html", {
+        "workspace": caller.tenant, "members": listed, "roles": roles.roles_list(caller=caller),
+        "add_form": add_form or MemberAddForm(roles=names), "role_form": role_form or NamedForm(),
+    }, status=status)
+
+
+@require_GET
+@login_required
+def members_page(request: SignedInRequest) -> HttpResponse:
+    return _render_members(request, admin_caller(request))
+
+
+@require_POST
+@login_required
+def member_add(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    form = MemberAddForm(request.POST, roles=_role_names(caller))
+    if form.is_valid():
+        try:
+            user = members.member_add(caller=caller, **form.cleaned_data)
+        except errors.MemoryhubError as exc:
+            form_error(form, exc)
+        else:
+            messages.success(request, f"{user.username} joined {caller.tenant.name}.")
+            return redirect("workspace:members")
+    return _render_members(request, caller, add_form=form, status=400)
+
+
+@require_POST
+@login_required
+def member_update(request: SignedInRequest, user_id: int) -> HttpResponse:
+    caller = admin_caller(request)
+    membership = members.member_get(caller=caller, user_id=user_id)
+    form = MemberForm(request.POST, roles=_role_names(caller), prefix=f"m{user_id}")
+    if not form.is_valid():
+        messages.error(request, "Choose roles of this workspace.")
+        return redirect("workspace:members")
+    try:
+        members.member_update(caller=caller, user_id=user_id, **form.cleaned_data)
+    except errors.MemoryhubError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Saved {membership.user.username}'s roles. They apply from their next read.")
+    return redirect("workspace:members")
+
+
+@require_POST
+@login_required
+def role_add(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    form = NamedForm(request.POST)
+    if form.is_valid():
+        try:
+            role = roles.role_create(caller=caller, **form.cleaned_data)
+        except errors.MemoryhubError as exc:
+            form_error(form, exc)
+        else:
+            messages.success(request, f"Role {role.name} added. Grant it collections on the access rules page.")
+            return redirect("workspace:members")
+    return _render_members(request, caller, role_form=form, status=400)
+
+
+@require_POST
+@login_required
+def role_delete(request: SignedInRequest, role_id: int) -> HttpResponse:
+    role = roles.role_delete(caller=admin_caller(request), role_id=role_id)
+    messages.success(request, f"Role {role.name} removed, with its access rules.")
+    return redirect("workspace:members")
+
+
+# --------------------------------------------------------------------------- collections
+
+
+def _render_collections(request: SignedInRequest, caller: Caller, *, form: NamedForm | None = None,
+                        status: int = 200) -> HttpResponse:
+    return render(request, "workspace/collections.html", {
+        "workspace": caller.tenant, "collections": collections.collections_list(caller=caller),
+        "form": form or NamedForm(),
+    }, status=status)
+
+
+@require_GET
+@login_required
+def collections_page(request: SignedInRequest) -> HttpResponse:
+    return _render_collections(request, admin_caller(request))
+
+
+@require_POST
+@login_required
+def collection_add(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    form = NamedForm(request.POST)
+    if form.is_valid():
+        try:
+            collection = collections.collection_create(caller=caller, **form.cleaned_data)
+        except errors.MemoryhubError as exc:
+            form_error(form, exc)
+        else:
+            messages.success(request, f"Collection {collection.name} added. Nobody reads it until a rule says so.")
+            return redirect("workspace:collections")
+    return _render_collections(request, caller, form=form, status=400)
+
+
+# --------------------------------------------------------------------------- access rules and checks
+
+
+def _int_param(request: HttpRequest, name: str) -> int | None:
+    value = request.GET.get(name, "")
+    return int(value) if value.isdigit() and len(value) < 19 else None
+
+
+def _render_access(request: SignedInRequest, caller: Caller, *, form: AccessRuleForm | None = None,
+                   status: int = 200) -> HttpResponse:
+    context: dict = {
+        "workspace": caller.tenant, "rules": access_rules.access_rules_list(caller=caller),
+        "form": form or AccessRuleForm(roles=_role_names(caller), collections=_collection_names(caller)),
+        "collections": collections.collections_list(caller=caller), "members": members.members_list(caller=caller),
+    }
+    collection_id, person_id = _int_param(request, "collection"), _int_param(request, "person")
+    if collection_id is not None:
+        context["checked_collection"] = collections.collection_get(caller=caller, collection_id=collection_id)
+        context["readers"] = collections.collection_readers(caller=caller, collection_id=collection_id)
+    if person_id is not None:
+        context["checked_member"] = members.member_get(caller=caller, user_id=person_id)
+        context["reach"] = collections.member_readable_collections(caller=caller, user_id=person_id)
+    return render(request, "workspace/access.html", context, status=status)
+
+
+@require_GET
+@login_required
+def access_page(request: SignedInRequest) -> HttpResponse:
+    return _render_access(request, admin_caller(request))
+
+
+@require_POST
+@login_required
+def access_grant(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    form = AccessRuleForm(request.POST, roles=_role_names(caller), collections=_collection_names(caller))
+    if form.is_valid():
+        try:
+            rule = access_rules.access_rule_grant(caller=caller, role=form.cleaned_data["role"],
+                                                  collection=form.cleaned_data["collection"])
+        except errors.MemoryhubError as exc:
+            form_error(form, exc)
+        else:
+            messages.success(request, f"{rule.role.name} may now read {rule.collection.name}.")
+            return redirect(f"{reverse('workspace:access')}?collection={rule.collection_id}")
+    return _render_access(request, caller, form=form, status=400)
+
+
+@require_POST
+@login_required
+def access_revoke(request: SignedInRequest, rule_id: int) -> HttpResponse:
+    rule = access_rules.access_rule_revoke(caller=admin_caller(request), rule_id=rule_id)
+    messages.success(request, f"{rule.role.name} may no longer read {rule.collection.name}, from the next read on.")
+    return redirect("workspace:access")
+
+
+# --------------------------------------------------------------------------- headless agents
+
+
+def _render_agents(request: SignedInRequest, caller: Caller, form: AgentForm, status: int = 200) -> HttpResponse:
+    return render(request, "workspace/agents.html", {
+        "workspace": caller.tenant, "agents": agents.agents_list(caller=caller), "form": form,
+    }, status=status)
+
+
+def _render_agent_credentials(request: SignedInRequest, credentials: AgentCredentials, *,
+                              rotated: bool) -> HttpResponse:
+    return _no_store(render(request, "workspace/agent_credentials.html", {
+        "credentials": credentials,
+        "rotated": rotated,
+        "token_endpoint": request.build_absolute_uri(reverse("oauth2_provider:token")),
+        "resource": resource_url(MCP_PATH),
+        "readonly_resource": resource_url(MCP_READONLY_PATH),
+        "token_minutes": AGENT_TOKEN_SECONDS // 60,
+    }))
+
+
+@require_GET
+@login_required
+def agents_page(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    return _render_agents(request, caller, AgentForm(roles=_role_names(caller)))
+
+
+@require_POST
+@login_required
+@never_cache
+def agent_add(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    form = AgentForm(request.POST, roles=_role_names(caller))
+    if form.is_valid():
+        try:
+            credentials = agents.agent_register(
+                caller=caller, name=form.cleaned_data["name"], scopes=form.cleaned_data["scopes"],
+                roles=form.cleaned_data["roles"], display_name=form.cleaned_data["display_name"],
+            )
+        except errors.MemoryhubError as exc:
+            form_error(form, exc)
+        else:
+            return _render_agent_credentials(request, credentials, rotated=False)
+    return _render_agents(request, caller, form, status=400)
+
+
+@require_POST
+@login_required
+@never_cache
+def agent_rotate(request: SignedInRequest, name: str) -> HttpResponse:
+    try:
+        credentials = agents.agent_rotate_secret(caller=admin_caller(request), name=name)
+    except errors.InvalidArgument as exc:
+        messages.error(request, exc.message)
+        return redirect("workspace:agents")
+    return _render_agent_credentials(request, credentials, rotated=True)
+
+
+@require_POST
+@login_required
+def agent_revoke(request: SignedInRequest, name: str) -> HttpResponse:
+    agent = agents.agent_revoke(caller=admin_caller(request), name=name)
+    messages.success(request, f"Agent {agent.name} is revoked: its credentials and tokens no longer work.")
+    return redirect("workspace:agents")
+
+
+# --------------------------------------------------------------------------- connected sources
+
+
+def _render_sources(request: SignedInRequest, caller: Caller, *, form: SourceForm | None = None,
+                    status: int = 200) -> HttpResponse:
+    return render(request, "workspace/sources.html", {
+        "workspace": caller.tenant, "sources": sources.sources_list(caller=caller),
+        "form": form or SourceForm(collections=_collection_names(caller)),
+    }, status=status)
+
+
+@require_GET
+@login_required
+def sources_page(request: SignedInRequest) -> HttpResponse:
+    return _render_sources(request, admin_caller(request))
+
+
+@require_POST
+@login_required
+@never_cache
+def source_add(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    form = SourceForm(request.POST, collections=_collection_names(caller))
+    if form.is_valid():
+        try:
+            source, credentials = sources.source_register(
+                caller=caller, name=form.cleaned_data["name"], kind=form.cleaned_data["kind"],
+                collection=form.cleaned_data["collection"] or None,
+            )
+        except errors.MemoryhubError as exc:
+            form_error(form, exc)
+        else:
+            return _no_store(render(request, "workspace/source_credentials.html", {
+                "workspace": caller.tenant, "source": source, "credentials": credentials,
+                "token_endpoint": request.build_absolute_uri(reverse("oauth2_provider:token")),
+                "ingest_endpoint": _ingest_endpoint(request),
+                "token_minutes": AGENT_TOKEN_SECONDS // 60,
+            }))
+    return _render_sources(request, caller, form=form, status=400)
+
+
+def _ingest_endpoint(request: HttpRequest) -> str:
+    try:
+        return request.build_absolute_uri(reverse("ingest-document-upsert"))
+    except NoReverseMatch:
+        return ""
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def settings_page(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    tenant = caller.tenant
+    form = SettingsForm(request.POST or None, initial={
+        "judgment_plane": tenant.judgment_plane, "relevance_floor": tenant.relevance_floor,
+        "write_policy": tenant.write_policy, "blocked_terms": "\n".join(tenant.blocked_terms or []),
+    })
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                workspaces.workspace_settings_update(
+                    caller=caller, judgment_plane=data["judgment_plane"], relevance_floor=data["relevance_floor"],
+                    write_policy=data["write_policy"], blocked_terms=data["blocked_terms"].splitlines(),
+                )
+            except errors.MemoryhubError as exc:
+                form_error(form, exc)
+            else:
+                messages.success(request, "Settings saved. They apply from the next search or write.")
+                return redirect("workspace:settings")
+        return render(request, "workspace/settings.html", {"workspace": tenant, "form": form}, status=400)
+    return render(request, "workspace/settings.html", {"workspace": tenant, "form": form})

@@ -1,0 +1,125 @@
+"""`python -m memoryhub.runtime.serve`: run the whole product on the embedded defaults.
+
+Starts (unless configured elsewhere) the project's PostgreSQL and a private
+Redis in the data folder, migrates, seeds the demo workspace, then runs the
+ASGI server and a Celery worker until Ctrl-C or SIGTERM, and stops everything
+it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from memoryhub.runtime import embedded
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _wait_ready(url: str, children: list[subprocess.Popen], timeout: float = 180) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(child.poll() is not None for child in children):
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - our own loopback URL
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default=os.environ.get("MEMORYHUB_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("MEMORYHUB_PORT", "8000")))
+    parser.add_argument("--no-demo", action="store_true", help="Do not create the demo workspace.")
+    parser.add_argument("--workers", type=int, default=1, help="Celery worker concurrency.")
+    args = parser.parse_args(argv)
+
+    datadir = embedded.data_dir()
+    datadir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
+    env.setdefault("MEMORYHUB_BASE_URL", f"http://{args.host}:{args.port}")
+    env["MEMORYHUB_DATA_DIR"] = str(datadir)
+
+    postgres = None if env.get("DATABASE_URL") else embedded.EmbeddedPostgres(datadir)
+    redis = None if env.get("REDIS_URL") else embedded.EmbeddedRedis(datadir)
+    children: list[subprocess.Popen] = []
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    started_postgres = False
+    try:
+        if postgres is not None:
+            started_postgres = postgres.start()
+            print(f"PostgreSQL 16 + pgvector: {postgres.pgdata}", flush=True)
+        if redis is not None:
+            redis.start()
+            env["REDIS_URL"] = redis.url
+            print(f"Redis: {redis.socket_path}", flush=True)
+        manage = [sys.executable, str(ROOT / "manage.py")]
+        subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True, cwd=ROOT)
+        subprocess.run([*manage, "prepare_embedder"], env=env, check=True, cwd=ROOT)
+        if not args.no_demo:
+            subprocess.run([*manage, "seed_demo"], env=env, check=True, cwd=ROOT)
+        children.append(subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--host", args.host,
+             "--port", str(args.port), "--no-access-log", "--lifespan", "on"],
+            env=env, cwd=ROOT,
+        ))
+        children.append(subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--loglevel", "INFO",
+             "--concurrency", str(args.workers), "--queues", env.get("MEMORYHUB_TASK_QUEUE", "memoryhub")],
+            env=env, cwd=ROOT,
+        ))
+        base = env["MEMORYHUB_BASE_URL"]
+        if _wait_ready(f"http://{args.host}:{args.port}/readyz", children):
+            print(
+                f"\nmemoryhub is running.\n  sign in:      {base}/accounts/login/\n"
+                f"  review queue: {base}/reviews/\n  MCP endpoint: {base}/mcp  (read-only: {base}/mcp/readonly)\n"
+                f"  health:       {base}/readyz\nPress Ctrl-C to stop.\n",
+                flush=True,
+            )
+        while not stopping:
+            if any(child.poll() is not None for child in children):
+                print("a server process exited; stopping", file=sys.stderr, flush=True)
+                return 1
+            time.sleep(0.3)
+        return 0
+    except subprocess.CalledProcessError as exc:
+        print(f"start-up failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(5)
+        if redis is not None:
+            redis.stop()
+        if postgres is not None and started_postgres:
+            postgres.stop()
+        print("stopped", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

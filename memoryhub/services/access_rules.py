@@ -1,0 +1,48 @@
+"""Access rules: holders of a role may read a collection. Edited only by a
+workspace's admins, in the web admin, the REST admin API or a command; never
+through MCP (decision 4). A change applies from the next read on."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import QuerySet
+
+from memoryhub import access
+from memoryhub.access import Caller
+from memoryhub.errors import Conflict, NotFound
+from memoryhub.models import AccessRule
+from memoryhub.services.collections import collection_get
+from memoryhub.services.roles import roles_named
+
+
+def access_rules_list(*, caller: Caller) -> QuerySet[AccessRule]:
+    tenant = access.require_admin(caller)
+    return (
+        AccessRule.objects.filter(tenant=tenant)
+        .select_related("role", "collection")
+        .order_by("collection__name", "role__name")
+    )
+
+
+@transaction.atomic
+def access_rule_grant(*, caller: Caller, role: str, collection: str, exist_ok: bool = False) -> AccessRule:
+    """Holders of `role` may read `collection` (both by name), from their next read on."""
+    tenant = access.require_admin(caller)
+    role_obj = roles_named(tenant, [role])[0]
+    collection_obj = collection_get(caller=caller, name=collection)
+    existing = AccessRule.objects.filter(tenant=tenant, role=role_obj, collection=collection_obj).first()
+    if existing is not None:
+        if exist_ok:
+            return existing
+        raise Conflict(f"{role_obj.name} may already read {collection_obj.name}.")
+    return AccessRule.objects.create(tenant=tenant, role=role_obj, collection=collection_obj)
+
+
+@transaction.atomic
+def access_rule_revoke(*, caller: Caller, rule_id: int) -> AccessRule:
+    tenant = access.require_admin(caller)
+    rule = AccessRule.objects.filter(tenant=tenant, pk=rule_id).select_related("role", "collection").first()
+    if rule is None:
+        raise NotFound("No such access rule in this workspace.")
+    rule.delete()
+    return rule

@@ -1,0 +1,138 @@
+"""Headless agents a workspace admin registers (decision 2): client
+credentials shown once, scopes the admin grants (never memory.audit), roles
+like people's; rotating the secret and revoking."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.text import slugify
+from oauth2_provider.models import AccessToken, Application
+
+from memoryhub import access
+from memoryhub.access import AGENT_SCOPES, Caller
+from memoryhub.errors import Conflict, InvalidArgument, NotFound
+from memoryhub.models import Agent, User
+from memoryhub.services.roles import roles_named
+
+AGENT_NAME_MAX_CHARS = 64
+DISPLAY_NAME_MAX_CHARS = 200
+
+
+@dataclass(frozen=True)
+class AgentCredentials:
+    agent: Agent
+    client_id: str
+    client_secret: str  # shown once; only its hash is stored
+
+
+def agents_list(*, caller: Caller) -> QuerySet[Agent]:
+    tenant = access.require_admin(caller)
+    return Agent.objects.filter(tenant=tenant, kind=Agent.Kind.ASSISTANT).prefetch_related("roles").order_by("name")
+
+
+def agent_get(*, caller: Caller, name: str) -> Agent:
+    tenant = access.require_admin(caller)
+    agent = Agent.objects.filter(tenant=tenant, name=name, kind=Agent.Kind.ASSISTANT).first()
+    if agent is None:
+        raise NotFound("No such agent in this workspace.", field="name")
+    return agent
+
+
+def agent_name(name: str) -> str:
+    slug = slugify(name)[:AGENT_NAME_MAX_CHARS]
+    if not slug:
+        raise InvalidArgument("A name needs letters, digits or hyphens.", field="name")
+    return slug
+
+
+def _validated_scopes(scopes: Sequence[str], allowed: Sequence[str]) -> str:
+    unknown = sorted(set(scopes) - set(allowed))
+    if unknown:
+        raise InvalidArgument(
+            f"Scopes {', '.join(unknown)} cannot be granted here; choose from {', '.join(allowed)}.",
+            field="scopes",
+        )
+    if not scopes:
+        raise InvalidArgument("Grant at least one scope.", field="scopes")
+    return " ".join(sorted(set(scopes)))
+
+
+def client_credentials_application(name: str, created_by: User | None) -> tuple[Application, str]:
+    """A confidential OAuth client for the client-credentials grant; its secret
+    is returned once and stored only as a hash."""
+    secret = secrets.token_urlsafe(32)
+    application = Application.objects.create(
+        name=name,
+        client_type=Application.CLIENT_CONFIDENTIAL,
+        authorization_grant_type=Application.GRANT_CLIENT_CREDENTIALS,
+        client_secret=secret,
+        hash_client_secret=True,
+        user=created_by,
+    )
+    return application, secret
+
+
+def name_taken(tenant, slug: str) -> bool:  # type: ignore[no-untyped-def]
+    return Agent.objects.filter(tenant=tenant, name=slug).exists()
+
+
+@transaction.atomic
+def agent_register(
+    *, caller: Caller, name: str, scopes: Sequence[str], roles: Sequence[str] = (), display_name: str = "",
+) -> AgentCredentials:
+    tenant = access.require_admin(caller)
+    slug = agent_name(name)
+    if name_taken(tenant, slug):
+        raise Conflict(f"An agent or source named {slug!r} already exists in this workspace.", field="name")
+    scope_text = _validated_scopes(list(scopes), AGENT_SCOPES)
+    granted = roles_named(tenant, roles)
+    application, secret = client_credentials_application(f"agent:{tenant.slug}:{slug}", caller.user)
+    agent = Agent.objects.create(
+        tenant=tenant, name=slug, display_name=(display_name or name)[:DISPLAY_NAME_MAX_CHARS],
+        application=application, scopes=scope_text, created_by=caller.user,
+    )
+    agent.roles.set(granted)
+    return AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)
+
+
+@transaction.atomic
+def agent_rotate_secret(*, caller: Caller, name: str) -> AgentCredentials:
+    """A new secret; the old one and every token minted with it stop working now
+    (a rotation usually means the old secret may have leaked)."""
+    agent = agent_get(caller=caller, name=name)
+    return credentials_rotate(agent)
+
+
+def credentials_rotate(agent: Agent) -> AgentCredentials:
+    """For agent_rotate_secret and its source twin, after their own checks."""
+    if agent.application is None or agent.revoked_at is not None:
+        raise InvalidArgument("This agent has no client credentials.")
+    secret = secrets.token_urlsafe(32)
+    agent.application.client_secret = secret
+    agent.application.save(update_fields=["client_secret"])
+    AccessToken.objects.filter(application=agent.application).delete()
+    return AgentCredentials(agent=agent, client_id=agent.application.client_id, client_secret=secret)
+
+
+@transaction.atomic
+def agent_revoke(*, caller: Caller, name: str) -> Agent:
+    """End an agent for good: its client is deleted, and with it every token it holds.
+    The agent row stays, so what it wrote remains attributed."""
+    agent = agent_get(caller=caller, name=name)
+    return credentials_end(agent)
+
+
+def credentials_end(agent: Agent) -> Agent:
+    application = agent.application
+    agent.application = None
+    agent.revoked_at = agent.revoked_at or timezone.now()
+    agent.save(update_fields=["application", "revoked_at"])
+    if application is not None:
+        application.delete()
+    return agent

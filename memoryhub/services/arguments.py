@@ -1,0 +1,94 @@
+"""Checking arguments at the service boundary against the contract's limits.
+
+The MCP layer validates the same bounds against its schemas, but the services
+are also reached from the web pages, the REST APIs, commands and tasks: the
+domain refuses an out-of-range or unstorable argument itself, with an
+`InvalidArgument` naming the field. The numbers are `contract.limits`'.
+
+Lengths are counted in characters (Python `len`, Unicode code points), the
+unit JSON Schema's maxLength uses; so the 32 KiB content limit is 32768
+characters, the same number the MCP schema advertises.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from memoryhub.errors import InvalidArgument
+
+
+def storable(value: str, *, field: str) -> str:
+    """PostgreSQL text cannot hold NUL, and a lone surrogate (a broken \\ud800
+    escape) has no UTF-8 form: refuse both here rather than fail at the database."""
+    if "\x00" in value:
+        raise InvalidArgument(f"{field} contains a NUL character (\\u0000).", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field} contains an unpaired surrogate; send valid UTF-8.", field=field) from None
+    return value
+
+
+def checked_text(value: Any, *, field: str, max_chars: int, required: bool = False) -> str:
+    """A string of at most `max_chars` characters (None reads as empty)."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a string.", field=field)
+    if required and not value.strip():
+        raise InvalidArgument(f"{field} must contain some text.", field=field)
+    if len(value) > max_chars:
+        raise InvalidArgument(
+            f"{field} is {len(value)} characters long; the limit is {max_chars}.", field=field
+        )
+    return storable(value, field=field)
+
+
+def checked_int(value: Any, *, field: str, minimum: int, maximum: int, default: int) -> int:
+    if value is None:
+        return default
+    # bool is an int in Python; `limit=True` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{field} must be an integer.", field=field)
+    if not minimum <= value <= maximum:
+        raise InvalidArgument(f"{field} must be between {minimum} and {maximum}; got {value}.", field=field)
+    return value
+
+
+def checked_strings(value: Any, *, field: str, max_items: int, item_max_chars: int) -> tuple[str, ...]:
+    """A list of non-empty strings in canonical form (sorted, once each)."""
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidArgument(f"{field} must be a list of strings.", field=field)
+    if len(value) > max_items:
+        raise InvalidArgument(f"{field} has {len(value)} items; the limit is {max_items}.", field=field)
+    items = []
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise InvalidArgument(f"Every item of {field} must be a non-empty string.", field=field)
+        if len(item) > item_max_chars:
+            raise InvalidArgument(
+                f"An item of {field} is longer than {item_max_chars} characters.", field=field
+            )
+        items.append(storable(item, field=field))
+    # Order and repetition carry no meaning; a canonical form keeps receipts comparable.
+    return tuple(sorted(set(items)))
+
+
+def checked_instant(value: Any, *, field: str) -> dt.datetime | None:
+    """An RFC 3339 date-time (or datetime) with a UTC offset, in UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise InvalidArgument(f"{field} must be an RFC 3339 date-time.", field=field) from None
+    if not isinstance(value, dt.datetime):
+        raise InvalidArgument(f"{field} must be a date-time.", field=field)
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument(f"{field} must carry a UTC offset.", field=field)
+    return value.astimezone(dt.UTC)

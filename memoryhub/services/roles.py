@@ -1,0 +1,63 @@
+"""Roles of a workspace: what access rules grant collections to."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils.text import slugify
+
+from memoryhub import access
+from memoryhub.access import Caller
+from memoryhub.errors import Conflict, InvalidArgument, NotFound
+from memoryhub.models import Role, Tenant
+
+ROLE_NAME_MAX_CHARS = 64
+DESCRIPTION_MAX_CHARS = 200
+
+
+def roles_list(*, caller: Caller) -> QuerySet[Role]:
+    tenant = access.require_admin(caller)
+    return Role.objects.filter(tenant=tenant).order_by("name")
+
+
+def role_name(name: str) -> str:
+    clean = slugify(name)[:ROLE_NAME_MAX_CHARS]
+    if not clean:
+        raise InvalidArgument("A role needs a name of letters, digits or hyphens.", field="name")
+    return clean
+
+
+@transaction.atomic
+def role_create(*, caller: Caller, name: str, description: str = "", exist_ok: bool = False) -> Role:
+    tenant = access.require_admin(caller)
+    slug = role_name(name)
+    existing = Role.objects.filter(tenant=tenant, name=slug).first()
+    if existing is not None:
+        if exist_ok:
+            return existing
+        raise Conflict(f"A role named {slug!r} already exists.", field="name")
+    return Role.objects.create(tenant=tenant, name=slug, description=description[:DESCRIPTION_MAX_CHARS])
+
+
+@transaction.atomic
+def role_delete(*, caller: Caller, role_id: int) -> Role:
+    """Remove a role: its access rules go with it, and nobody holds it any more."""
+    tenant = access.require_admin(caller)
+    role = Role.objects.filter(tenant=tenant, pk=role_id).first()
+    if role is None:
+        raise NotFound("No such role in this workspace.")
+    role.delete()
+    return role
+
+
+def roles_named(tenant: Tenant, names: Sequence[str]) -> list[Role]:
+    """These roles of `tenant`, every one of which must exist (callers have
+    passed `require_admin` for `tenant`)."""
+    wanted = {role_name(name) for name in names}
+    roles = list(Role.objects.filter(tenant=tenant, name__in=wanted))
+    unknown = wanted - {role.name for role in roles}
+    if unknown:
+        raise InvalidArgument(f"No role named {', '.join(sorted(unknown))} in this workspace.", field="roles")
+    return roles

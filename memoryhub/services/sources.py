@@ -1,0 +1,60 @@
+"""Connected sources (decision 6): an agent of kind `source` whose client may
+only ingest, feeding shared fragments into collections. Registered by a
+workspace admin; its credentials are shown once."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import QuerySet
+
+from memoryhub import access
+from memoryhub.access import INGEST_SCOPE, Caller
+from memoryhub.errors import Conflict, NotFound, PermissionDenied
+from memoryhub.models import Agent, Source
+from memoryhub.services.agents import (
+    DISPLAY_NAME_MAX_CHARS,
+    AgentCredentials,
+    agent_name,
+    client_credentials_application,
+    name_taken,
+)
+from memoryhub.services.collections import collection_get
+
+SOURCE_KIND_MAX_CHARS = 64
+
+
+def sources_list(*, caller: Caller) -> QuerySet[Source]:
+    tenant = access.require_admin(caller)
+    return Source.objects.filter(tenant=tenant).select_related("agent", "default_collection").order_by("agent__name")
+
+
+def source_get(*, caller: Caller, name: str) -> Source:
+    """A live connected source of the caller's workspace, by name (a revoked one is refused)."""
+    tenant = access.require_admin(caller)
+    source = Source.objects.select_related("agent", "tenant").filter(tenant=tenant, agent__name=name).first()
+    if source is None:
+        raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
+    if source.agent.revoked_at is not None:
+        raise PermissionDenied(f"The source {name!r} has been revoked.")
+    return source
+
+
+@transaction.atomic
+def source_register(
+    *, caller: Caller, name: str, kind: str = "documents", collection: str | None = None,
+) -> tuple[Source, AgentCredentials]:
+    """A connected source with its own client credentials (shown once), feeding
+    `collection` (by name) by default."""
+    tenant = access.require_admin(caller)
+    slug = agent_name(name)
+    if name_taken(tenant, slug):
+        raise Conflict(f"An agent or source named {slug!r} already exists in this workspace.", field="name")
+    default_collection = collection_get(caller=caller, name=collection) if collection else None
+    application, secret = client_credentials_application(f"source:{tenant.slug}:{slug}", caller.user)
+    agent = Agent.objects.create(
+        tenant=tenant, name=slug, display_name=name[:DISPLAY_NAME_MAX_CHARS], kind=Agent.Kind.SOURCE,
+        application=application, scopes=INGEST_SCOPE, created_by=caller.user,
+    )
+    source = Source.objects.create(tenant=tenant, agent=agent, kind=(kind or "documents")[:SOURCE_KIND_MAX_CHARS],
+                                   default_collection=default_collection)
+    return source, AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)
