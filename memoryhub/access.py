@@ -188,6 +188,17 @@ def caller_for_agent(*, agent: Agent, client_id: str = "", subject: str = "") ->
     return Caller(tenant=agent.tenant, kind="agent", agent=agent, client_id=client_id, subject=subject)
 
 
+def admin_named(*, tenant: Tenant, username: str, client_id: str = "") -> Caller:
+    """The admin of `tenant` named `username`, as a caller (a command's `--as`);
+    refused when there is no such live person or they do not administer it."""
+    user = User.objects.filter(tenant=tenant, username__iexact=username).first()
+    if user is None:
+        raise PermissionDenied(f"No person named {username!r} in this workspace.")
+    caller = caller_for_user(user=user, client_id=client_id)
+    require_admin(caller)
+    return caller
+
+
 def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: str) -> Caller:
     """The domain caller for a verified token's principal.
 
@@ -231,7 +242,8 @@ def _tenant(value: str) -> Tenant:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who an OAuth token stands for, while they are still entitled to it."""
+    """Who an OAuth token stands for, while they are still entitled to it (a
+    connected source's holder carries its Source as `agent.source`)."""
 
     tenant: Tenant
     kind: Literal["user", "agent", "source"]
@@ -252,7 +264,7 @@ def agent_of(application: Application | None) -> Agent | None:
     """The agent or connected source whose client `application` is, if any."""
     if application is None or application.pk is None:
         return None
-    return Agent.objects.select_related("tenant").filter(application=application).first()
+    return Agent.objects.select_related("tenant", "source").filter(application=application).first()
 
 
 def _agent_scopes(agent: Agent) -> frozenset[str]:

@@ -67,9 +67,8 @@ class IngestTokenAuthentication(OAuth2Authentication):
         if INGEST_SCOPE not in token.scope.split():
             raise InsufficientScope()
         holder = access.token_holder(application=token.application, user=token.user)
-        source = (Source.objects.select_related("tenant", "agent").filter(agent=holder.agent).first()
-                  if holder is not None and holder.kind == "source" and INGEST_SCOPE in holder.scopes else None)
-        if source is None:
+        source: Source | None = getattr(holder.agent, "source", None) if holder is not None else None
+        if holder is None or holder.kind != "source" or INGEST_SCOPE not in holder.scopes or source is None:
             raise exceptions.PermissionDenied("This token does not belong to a connected source of a workspace.")
         return SourcePrincipal(source=source, client_id=token.application.client_id), token
 

@@ -12,7 +12,6 @@ from django.core.management.base import CommandError
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import MemoryhubError
-from memoryhub.models import User
 from memoryhub.services.workspaces import workspace_get
 
 
@@ -28,11 +27,6 @@ def acting_caller(workspace: str, acting_as: str = "") -> Caller:
         tenant = workspace_get(slug=workspace)
         if not acting_as:
             return access.system_caller(tenant=tenant)
-        user = User.objects.filter(tenant=tenant, username__iexact=acting_as).first()
-        if user is None:
-            raise CommandError(f"No person named {acting_as!r} in {workspace}.")
-        caller = access.caller_for_user(user=user, client_id="manage.py")
-        access.require_admin(caller)
-        return caller
+        return access.admin_named(tenant=tenant, username=acting_as, client_id="manage.py")
     except MemoryhubError as exc:
         raise CommandError(exc.message) from exc

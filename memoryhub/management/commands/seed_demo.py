@@ -11,9 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from memoryhub import access
-from memoryhub.models import Agent
 from memoryhub.services.access_rules import access_rule_grant
+from memoryhub.services.agents import agents_list
 from memoryhub.services.collections import collection_create
+from memoryhub.services.demo import demo_memory_seed
 from memoryhub.services.workspaces import workspace_get
 
 WORKSPACE = "demo"
@@ -60,7 +61,7 @@ class Command(BaseCommand):
             for role in roles:
                 access_rule_grant(caller=system, role=role, collection=name, exist_ok=True)
 
-        if not Agent.objects.filter(tenant=tenant, name="triage-bot").exists():
+        if not any(agent.name == "triage-bot" for agent in agents_list(caller=system)):
             out = io.StringIO()
             call_command("register_agent", WORKSPACE, "triage-bot", scopes="memory.read memory.write",
                          roles="engineering", stdout=out)
@@ -71,8 +72,6 @@ class Command(BaseCommand):
                 "client_id": lines["client_id"].strip(),
                 "client_secret": lines["client_secret"].split()[0].strip(),
             }
-
-        from memoryhub.services.demo import demo_memory_seed
 
         created = demo_memory_seed(tenant=tenant)
 
