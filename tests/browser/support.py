@@ -4,6 +4,7 @@ artefacts, and the checks every page gets (no CSP violation, fits a phone)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
@@ -11,8 +12,10 @@ from mcp import Client
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import streamable_http_client
 
-from memoryhub.services.workspaces import AgentCredentials
-from tests.oauth.browser import sign_in
+from memoryhub.models import User
+from memoryhub.services.agents import AgentCredentials
+from tests.conftest import PASSWORD
+from tests.pages.helpers import workspace_of
 
 # Git-ignored; docs/screens/ holds the copies committed once.
 SCREENS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screens"
@@ -33,11 +36,35 @@ class Watcher:
         assert not [p for p in self.problems if "Error" in p and "favicon" not in p], self.problems
 
 
-def start(page, base: str, username: str, password: str, path: str = "/") -> Watcher:
+@dataclass(frozen=True)
+class Login:
+    """What a person types into the sign-in form. Made outside the browser's
+    thread: the ORM refuses to run beside Playwright's event loop."""
+
+    workspace: str
+    username: str
+    password: str = PASSWORD
+
+
+def login_of(user: User) -> Login:
+    return Login(workspace=workspace_of(user), username=user.username)
+
+
+def sign_in(page, login: Login) -> None:
+    """Fill and send the sign-in form the page is on: workspace, username, password."""
+    page.fill("#id_workspace", login.workspace)
+    page.fill("#id_username", login.username)
+    page.fill("#id_password", login.password)
+    page.click("button[type=submit]")
+
+
+def start(page, base: str, login: Login, path: str = "/") -> Watcher:
+    """Sign in on the sign-in page and land on `path`."""
     watcher = Watcher(page)
     page.set_viewport_size(DESKTOP)
     page.goto(f"{base}/accounts/login/?next={path}")
-    sign_in(page, username, password)
+    sign_in(page, login)
+    page.wait_for_url(f"{base}{path}")
     page.wait_for_load_state()
     return watcher
 

@@ -6,25 +6,26 @@ from __future__ import annotations
 import pytest
 
 from memoryhub.models import Fragment, Receipt
-from tests.browser.support import fits_a_phone, shoot, start
+from tests.browser.support import fits_a_phone, login_of, shoot, start
 from tests.oauth.browser import in_browser
-from tests.oauth.conftest import set_public_origin
-from tests.pages.personas import PASSWORD, remember, share
+from tests.pages.helpers import remember, set_public_origin, share
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_a_person_forgets_a_fact_and_the_receipt_shows_it_missing_now(asgi_server, settings, people):
+def test_a_person_forgets_a_fact_and_the_receipt_shows_it_missing_now(asgi_server, settings, live_people):
+    people = live_people
     base = asgi_server.url
     set_public_origin(settings, base)
     wifi = remember(people.bruno, "The office wifi network is called Acme-Guest.", session_id="onboarding")
-    wifi_id = wifi["results"][0]["fragment_id"]
+    wifi_id = wifi.results[0].fragment_id
     remember(people.bruno, "The office wifi password hint is on the fridge.")
     remember(people.bruno, "My desk is on the third floor by the window.")
     share(people, "The office wifi is rebooted every Sunday at 03:00.")
+    bruno = login_of(people.bruno)
 
     def visit(page):
-        watcher = start(page, base, "bruno", PASSWORD, "/")
+        watcher = start(page, base, bruno, "/")
         shoot(page, "home")
         phones = {"home": fits_a_phone(page)}
         page.click("main a:has-text('My memory')")

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from memoryhub.models import Proposal
-from tests.browser.support import DESKTOP, PHONE, call_tool, fits_a_phone, shoot, start
+from tests.browser.support import DESKTOP, PHONE, call_tool, fits_a_phone, login_of, shoot, start
 from tests.oauth.browser import in_browser
-from tests.oauth.conftest import set_public_origin
-from tests.pages.personas import PASSWORD
+from tests.pages.helpers import set_public_origin
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_an_admin_approves_one_proposal_and_rejects_another(asgi_server, settings, people):
+def test_an_admin_approves_one_proposal_and_rejects_another(asgi_server, settings, live_people):
+    people = live_people
     base = asgi_server.url
     set_public_origin(settings, base)
     for content, session in (
@@ -25,9 +25,10 @@ def test_an_admin_approves_one_proposal_and_rejects_another(asgi_server, setting
         written = call_tool(base, people.triage_bot, "memory_write", {"content": content, "session_id": session})
         assert written["review_state"] == "pending", written
     approve, reject, keep = Proposal.objects.order_by("created_at")
+    ada = login_of(people.ada)
 
     def review(page):
-        watcher = start(page, base, "ada", PASSWORD, "/reviews/")
+        watcher = start(page, base, ada, "/reviews/")
         page.wait_for_selector("#proposals")
         shoot(page, "reviews-queue")
         phone = fits_a_phone(page)

@@ -8,20 +8,21 @@ import re
 import pytest
 
 from memoryhub.models import AccessRule, Source, Tenant
-from tests.browser.support import fits_a_phone, shoot, start
+from tests.browser.support import fits_a_phone, login_of, shoot, start
 from tests.oauth.browser import in_browser
-from tests.oauth.conftest import set_public_origin
-from tests.pages.personas import PASSWORD
+from tests.pages.helpers import set_public_origin
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_an_admin_administers_the_workspace(asgi_server, settings, people):
+def test_an_admin_administers_the_workspace(asgi_server, settings, live_people):
+    people = live_people
     base = asgi_server.url
     set_public_origin(settings, base)
+    ada = login_of(people.ada)
 
     def administer(page):
-        watcher = start(page, base, "ada", PASSWORD, "/workspace/")
+        watcher = start(page, base, ada, "/workspace/")
         phones = {}
         seen = {}
 
@@ -37,8 +38,8 @@ def test_an_admin_administers_the_workspace(asgi_server, settings, people):
         visit("collections", "/workspace/collections/", "#collections")
 
         page.goto(f"{base}/workspace/access/")
-        page.select_option("#grant-title ~ form select[name=role]", label="leads")
-        page.select_option("#grant-title ~ form select[name=collection]", label="accounts")
+        page.select_option("#grant-title ~ form select[name=role]", label="sales")
+        page.select_option("#grant-title ~ form select[name=collection]", label="incidents")
         page.click("#grant-title ~ form button[type=submit]")
         page.wait_for_selector("#readers")
         page.select_option("#check-person-select", label="carol")
@@ -71,12 +72,15 @@ def test_an_admin_administers_the_workspace(asgi_server, settings, people):
 
     phones, seen = in_browser(administer)
     assert all(phones.values()), phones
-    assert "3 members" in seen["overview"]
-    assert "olga" not in seen["members"] and "bruno" in seen["members"]
-    # The two checks after granting leads the accounts collection: ada (leads) and carol (sales) read it.
-    assert re.findall(r"^\s*(?:agent\s+)?([\w-]+) via", seen["readers"], re.M) == ["ada", "carol"]
-    assert "accounts" in seen["reach"] and "runbooks" not in seen["reach"]
-    assert AccessRule.objects.filter(tenant=people.acme, role__name="leads", collection__name="accounts").exists()
+    assert "4 members" in seen["overview"]
+    assert "olga" not in seen["members"] and "bruno" in seen["members"] and "cleo" in seen["members"]
+    # The two checks after granting sales the incidents collection: engineering (ada, bruno, cleo,
+    # triage-bot), leads (ada) and now sales (carol) read it; carol reads accounts and incidents.
+    readers = re.findall(r"^\s*(?:agent\s+)?([\w-]+) via ([\w, -]+)$", seen["readers"], re.M)
+    assert readers == [("ada", "engineering, leads"), ("bruno", "engineering"), ("carol", "sales"),
+                       ("cleo", "engineering"), ("triage-bot", "engineering")], seen["readers"]
+    assert re.findall(r"^\s*(\w+)\s*$", seen["reach"].split("and now:")[1], re.M) == ["accounts", "incidents"]
+    assert AccessRule.objects.filter(tenant=people.acme, role__name="sales", collection__name="incidents").exists()
     source = Source.objects.get(tenant=people.acme, agent__name="helpdesk")
     assert source.default_collection.name == "accounts" and len(seen["secret"]) > 20
     acme = Tenant.objects.get(pk=people.acme.pk)

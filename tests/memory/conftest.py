@@ -1,111 +1,39 @@
-"""Personas for the memory core.
+"""Helpers for the memory core's tests, built on the one persona set
+(tests/conftest.py, fixture `people`).
 
-Workspace "acme":
-  owner        olivia  engineering          writes private memory
-  team member  theo    engineering          same roles as the owner
-  outsider     oscar   sales                same workspace, other roles
-  admin        ada     engineering, leads   workspace admin
-  agent        triage-bot (assistant, engineering)
-  source       wiki (connected source writing into runbooks)
-Collections: runbooks (engineering), incidents (engineering, leads), accounts (sales, leads).
-
-Workspace "globex" (the other tenant): zed (engineering), its own runbooks, agent globex-bot.
+Who plays what here:
+  bruno        writes private memory (engineering)
+  cleo         bruno's teammate: the same roles
+  carol        the same workspace, other roles (sales)
+  ada          workspace admin (engineering, leads)
+  triage-bot   assistant agent (engineering)
+  wiki         connected source writing into runbooks
+  olga         the other tenant (globex), with its own runbooks and globex-wiki
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 from django.utils import timezone
 
-from memoryhub.access import Caller, caller_for_agent, caller_for_user
-from memoryhub.models import Agent, Collection, Fragment, Source, Tenant
-from memoryhub.services import workspaces
-from memoryhub.services.write import fact_hash, fragment_ingest, subject_of
-
-
-@dataclass
-class Workspace:
-    tenant: Tenant
-    owner: Caller
-    member: Caller
-    outsider: Caller
-    admin: Caller
-    agent: Caller
-    source: Source
-    collections: dict[str, Collection]
-
-
-def _workspace(slug: str, *, people: list[tuple[str, list[str], bool]], rules: dict[str, list[str]]) -> dict:
-    tenant = workspaces.workspace_create(slug=slug, name=slug.title())
-    callers = {}
-    for username, roles, admin in people:
-        user = workspaces.person_add(tenant=tenant, username=username, password=None, roles=roles, is_admin=admin)
-        callers[username] = caller_for_user(user=user, client_id=f"{slug}-client")
-    collections = {}
-    for name, roles in rules.items():
-        collections[name] = workspaces.collection_create(tenant=tenant, name=name)
-        for role in roles:
-            workspaces.access_rule_grant(tenant=tenant, role=role, collection=name)
-    return {"tenant": tenant, "callers": callers, "collections": collections}
+from memoryhub.access import Caller
+from memoryhub.models import Fragment, Source
+from memoryhub.services.ingest import fragment_ingest
+from memoryhub.services.write import fact_hash, subject_of
 
 
 @pytest.fixture
-def acme(db) -> Workspace:
-    made = _workspace(
-        "acme",
-        people=[
-            ("olivia", ["engineering"], False),
-            ("theo", ["engineering"], False),
-            ("oscar", ["sales"], False),
-            ("ada", ["engineering", "leads"], True),
-        ],
-        rules={"runbooks": ["engineering"], "incidents": ["engineering", "leads"], "accounts": ["sales", "leads"]},
-    )
-    credentials = workspaces.agent_register(
-        tenant=made["tenant"], name="triage-bot", scopes=["memory.read", "memory.write"], roles=["engineering"]
-    )
-    source, _ = workspaces.source_connect(tenant=made["tenant"], name="wiki", collection="runbooks")
-    callers = made["callers"]
-    return Workspace(
-        tenant=made["tenant"],
-        owner=callers["olivia"],
-        member=callers["theo"],
-        outsider=callers["oscar"],
-        admin=callers["ada"],
-        agent=caller_for_agent(agent=credentials.agent, client_id=credentials.client_id),
-        source=source,
-        collections=made["collections"],
-    )
-
-
-@pytest.fixture
-def globex(db) -> Workspace:
-    made = _workspace("globex", people=[("zed", ["engineering"], True)], rules={"runbooks": ["engineering"]})
-    credentials = workspaces.agent_register(
-        tenant=made["tenant"], name="globex-bot", scopes=["memory.read"], roles=["engineering"]
-    )
-    source, _ = workspaces.source_connect(tenant=made["tenant"], name="globex-wiki", collection="runbooks")
-    zed = made["callers"]["zed"]
-    return Workspace(
-        tenant=made["tenant"], owner=zed, member=zed, outsider=zed, admin=zed,
-        agent=caller_for_agent(agent=credentials.agent, client_id=credentials.client_id), source=source,
-        collections=made["collections"],
-    )
-
-
-@pytest.fixture
-def shared_fragment(acme) -> Callable[..., Fragment]:
-    """A fragment the wiki source contributed to a collection."""
+def shared_fragment(people) -> Callable[..., Fragment]:
+    """A fragment a connected source (the wiki, unless told) contributed to a collection."""
 
     def make(value: str, collection: str = "runbooks", *, source: Source | None = None,
              created_at: dt.datetime | None = None, resources=()) -> Fragment:
-        src = source or acme.source
+        src = source or people.wiki
         fragment, _ = fragment_ingest(
-            source=src, value=value, collection=src.tenant.collections.get(name=collection),
+            source=src, value=value, collection=people.collection(collection, src.tenant),
             created_at=created_at, resources=resources,
         )
         return fragment
@@ -129,7 +57,3 @@ def private_fragment(caller: Caller, value: str, *, embed: bool = True, recorded
     if caller.agent is not None:
         fragment.agents.add(caller.agent)
     return fragment
-
-
-def agent_named(tenant: Tenant, name: str) -> Agent:
-    return Agent.objects.get(tenant=tenant, name=name)

@@ -234,7 +234,7 @@ def _check_world(spec, monkeypatch):
         execution = search.search_execute(
             caller=caller, request=request, as_of=as_of, deadline=search.Deadline(60), receipt_id="rcpt_test"
         )
-        return execution.served_ids
+        return execution.result.served_ids
 
     first = served()
     target(float(len(first)), label="fragments served")

@@ -4,36 +4,41 @@ from __future__ import annotations
 
 import pytest
 
-from memoryhub.access import caller_for_user
+from memoryhub import access
+from memoryhub.management.commands import seed_demo
 from memoryhub.models import Agent, Fragment, Proposal, User
+from memoryhub.services import access_rules, agents, collections, members, roles, workspaces
 from memoryhub.services.demo import PRIVATE, SHARED, demo_memory_seed
-from memoryhub.services.search import memory_search
-from memoryhub.services.workspaces import (
-    access_rule_grant,
-    agent_register,
-    collection_create,
-    person_add,
-    workspace_create,
-)
+from memoryhub.services.search import fragments_search
 
 
 @pytest.fixture
 def demo(db):
-    tenant = workspace_create(slug="demo", name="Demo workspace")
-    for username, roles, admin in [("ada", ["engineering", "leads"], True), ("bruno", ["engineering"], False),
-                                   ("chloe", ["sales"], False)]:
-        person_add(tenant=tenant, username=username, password=None, roles=roles, is_admin=admin)
-    for name, roles in {"runbooks": ["engineering"], "incidents": ["engineering", "leads"],
-                        "accounts": ["sales", "leads"], "handbook": ["engineering", "sales", "leads"]}.items():
-        collection_create(tenant=tenant, name=name)
-        for role in roles:
-            access_rule_grant(tenant=tenant, role=role, collection=name)
-    agent_register(tenant=tenant, name="triage-bot", scopes=["memory.read", "memory.write"], roles=["engineering"])
+    """The demo workspace as `seed_demo` lays it out (its people, collections,
+    access rules and agent, from the command's own tables), before its memory."""
+    tenant = workspaces.workspace_create(caller=access.OPERATOR, slug=seed_demo.WORKSPACE, name="Demo workspace")
+    system = access.system_caller(tenant=tenant)
+    needed = {role for _, held, _ in seed_demo.PEOPLE for role in held.split(",")}
+    needed |= {role for _, granted in seed_demo.COLLECTIONS.values() for role in granted}
+    for role in sorted(needed):
+        roles.role_create(caller=system, name=role)
+    for username, held, admin in seed_demo.PEOPLE:
+        members.member_add(caller=system, username=username, password=None, roles=held.split(","), is_admin=admin)
+    for name, (description, granted) in seed_demo.COLLECTIONS.items():
+        collections.collection_create(caller=system, name=name, description=description)
+        for role in granted:
+            access_rules.access_rule_grant(caller=system, role=role, collection=name)
+    agents.agent_register(caller=system, name="triage-bot", scopes=["memory.read", "memory.write"],
+                          roles=["engineering"])
     return tenant
 
 
 def _caller(tenant, username):
-    return caller_for_user(user=User.objects.get(tenant=tenant, username=username))
+    return access.caller_for_user(user=User.objects.get(tenant=tenant, username=username))
+
+
+def _values(caller, query, **kwargs) -> list[str]:
+    return [hit.fragment.value for hit in fragments_search(caller=caller, query=query, **kwargs).hits]
 
 
 def test_seeding_twice_adds_nothing_the_second_time(demo):
@@ -47,13 +52,12 @@ def test_seeding_twice_adds_nothing_the_second_time(demo):
 def test_the_demo_memory_obeys_the_access_rules(demo):
     demo_memory_seed(tenant=demo)
     bruno, chloe, ada = (_caller(demo, name) for name in ("bruno", "chloe", "ada"))
-    restart = memory_search(caller=bruno, query="how do I restart the payments service?")
-    assert "kubectl rollout restart" in restart["fragments"][0]["value"]
-    assert restart["fragments"][0]["resources"][0]["title"] == "Payments runbook"
+    restart = fragments_search(caller=bruno, query="how do I restart the payments service?")
+    assert "kubectl rollout restart" in restart.hits[0].fragment.value
+    assert restart.hits[0].provenance.documents[0].title == "Payments runbook"
     # Sales cannot read runbooks; engineering cannot read accounts.
-    assert not any("kubectl" in f["value"] for f in memory_search(caller=chloe, query="restart payments")["fragments"])
-    assert not any("Initech" in f["value"] for f in memory_search(caller=bruno, query="Initech renewal")["fragments"])
+    assert not any("kubectl" in value for value in _values(chloe, "restart payments"))
+    assert not any("Initech" in value for value in _values(bruno, "Initech renewal"))
     # Private memory stays private, the admin's included.
-    assert not any("Dana Okafor" in f["value"]
-                   for f in memory_search(caller=ada, query="Initech champion", limit=50)["fragments"])
-    assert any("Dana Okafor" in f["value"] for f in memory_search(caller=chloe, query="Initech champion")["fragments"])
+    assert not any("Dana Okafor" in value for value in _values(ada, "Initech champion", limit=50))
+    assert any("Dana Okafor" in value for value in _values(chloe, "Initech champion"))

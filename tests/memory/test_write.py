@@ -10,156 +10,180 @@ from django.utils import timezone
 
 from memoryhub import access
 from memoryhub.errors import Conflict
+from memoryhub.mcp_adapter.render import write_output
 from memoryhub.models import Fragment, IdempotencyRecord, Proposal
-from memoryhub.services import write
-from memoryhub.services.search import memory_search
-from memoryhub.services.write import memory_write
+from memoryhub.services import enrichment, write
+from memoryhub.services.fragments import fragment_write
+from memoryhub.services.search import fragments_search
+from memoryhub.services.write import WriteOutcome
 
 WRITE_FIELDS = {"outcome", "results", "review_state", "dropped", "drop_reasons"}
 RESULT_FIELDS = {"operation", "fragment_id", "superseded_fragment_id", "reason", "explanation"}
 
 
-def test_a_persons_write_is_decided_synchronously(acme):
-    out = memory_write(caller=acme.owner, content="My favourite editor is Vim. The standup is at 10am.",
-                       session_id="chat-1")
+@pytest.fixture
+def bruno(people):
+    return people.caller(people.bruno, client_id="chat-app")
+
+
+@pytest.fixture
+def bot(people):
+    return people.caller(people.triage_bot, client_id=people.triage_bot.client_id)
+
+
+def test_a_persons_write_is_decided_synchronously(bruno):
+    outcome = fragment_write(caller=bruno, content="My favourite editor is Vim. The standup is at 10am.",
+                             session_id="chat-1")
+    assert isinstance(outcome, WriteOutcome)
+    # The contract's memory_write output, as the MCP adapter renders it.
+    out = write_output(outcome)
     assert set(out) == WRITE_FIELDS
-    assert out["outcome"] == "Stored 2 new facts."
+    assert out["outcome"] == "Stored 2 new facts." == outcome.summary
     assert out["review_state"] is None and out["dropped"] == 0 and out["drop_reasons"] == []
     assert [r["operation"] for r in out["results"]] == ["stored", "stored"]
     assert all(set(r) == RESULT_FIELDS for r in out["results"])
     rows = Fragment.objects.filter(pk__in=[r["fragment_id"] for r in out["results"]])
     assert {f.value for f in rows} == {"My favourite editor is Vim.", "The standup is at 10am."}
     for fragment in rows:
-        assert fragment.owner_user == acme.owner.user and fragment.collection is None
-        assert fragment.session_id == "chat-1" and fragment.client_id == "acme-client"
+        assert fragment.owner_user == bruno.user and fragment.collection is None
+        assert fragment.session_id == "chat-1" and fragment.client_id == "chat-app"
         assert fragment.grounding_status == "stated"
         assert fragment.recorded_at == fragment.created_at
 
 
-def test_writes_are_private_to_the_writer(acme, globex):
-    out = memory_write(caller=acme.owner, content="I am planning to resign in June.")
-    fragment_id = out["results"][0]["fragment_id"]
-    assert [f["id"] for f in memory_search(caller=acme.owner, query="resign June")["fragments"]] == [fragment_id]
+def test_writes_are_private_to_the_writer(people, bruno):
+    outcome = fragment_write(caller=bruno, content="I am planning to resign in June.")
+    fragment_id = outcome.results[0].fragment_id
+    assert fragments_search(caller=bruno, query="resign June").served_ids == [fragment_id]
     # Nobody else reads it: a teammate with the same roles, an outsider, the workspace
     # admin, an agent of the workspace, a person of another workspace.
-    for other in (acme.member, acme.outsider, acme.admin, acme.agent, globex.owner):
-        served = memory_search(caller=other, query="resign June", limit=50)
-        assert fragment_id not in [f["id"] for f in served["fragments"]]
+    for other in (people.caller(who) for who in (people.cleo, people.carol, people.ada, people.triage_bot,
+                                                   people.olga)):
+        served = fragments_search(caller=other, query="resign June", limit=50)
+        assert fragment_id not in served.served_ids
         policy = access.read_policy(caller=other, as_of=timezone.now())
         assert not access.visible_fragments(policy).filter(pk=fragment_id).exists()
 
 
-def test_privacy_drop_is_a_result_not_an_error(acme):
-    out = memory_write(
-        caller=acme.owner,
+def test_privacy_drop_is_a_result_not_an_error(bruno):
+    outcome = fragment_write(
+        caller=bruno,
         content="The staging deploy key is ghp_16C7e42F292c6912E7710c838347Ae178B4a.\n"
                 "Deploys to staging happen from the release branch.",
     )
-    dropped, stored = out["results"]
-    assert dropped["operation"] == "dropped" and dropped["reason"] == "privacy_drop"
-    assert dropped["fragment_id"] is None and "GitHub token" in dropped["explanation"]
-    assert "ghp_" not in str(out)
-    assert stored["operation"] == "stored"
-    assert out["dropped"] == 1 and out["drop_reasons"] == ["privacy_drop"]
-    assert out["outcome"] == "Stored 1 new fact; dropped 1 (privacy_drop)."
+    dropped, stored = outcome.results
+    assert dropped.operation == "dropped" and dropped.reason == "privacy_drop"
+    assert dropped.fragment_id is None and "GitHub token" in dropped.explanation
+    assert "ghp_" not in str(write_output(outcome)) and "ghp_" not in str(outcome.as_record())
+    assert stored.operation == "stored"
+    assert outcome.dropped == 1 and outcome.drop_reasons == ["privacy_drop"]
+    assert outcome.summary == "Stored 1 new fact; dropped 1 (privacy_drop)."
     assert not Fragment.objects.filter(value__contains="ghp_").exists()
 
 
-def test_a_whole_private_key_is_dropped_as_one_candidate(acme):
-    out = memory_write(caller=acme.owner, content=(
+def test_a_whole_private_key_is_dropped_as_one_candidate(bruno):
+    outcome = fragment_write(caller=bruno, content=(
         "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
         "QyNTUxOQAAACDr9gD4H8vZ2rOY0pWb5xq1HqX5iJd6nYrXhWk1m7tY0QAAAJgAAAAAAAAAAA\n"
         "-----END OPENSSH PRIVATE KEY-----"))
-    assert [r["operation"] for r in out["results"]] == ["dropped"]
-    assert out["outcome"] == "Dropped 1 (privacy_drop)."
+    assert [r.operation for r in outcome.results] == ["dropped"]
+    assert outcome.summary == "Dropped 1 (privacy_drop)."
     assert not Fragment.objects.exists()
 
 
-def test_policy_drop_follows_the_workspace_write_policy(acme):
-    acme.tenant.write_policy = "blocklist"
-    acme.tenant.blocked_terms = ["Project Falcon", "layoffs"]
-    acme.tenant.save()
-    out = memory_write(caller=acme.owner, content="Project Falcon launches in May. Lunch is at noon. "
-                                                  "The layoffs list is final.")
-    assert [(r["operation"], r["reason"]) for r in out["results"]] == [
+def test_policy_drop_follows_the_workspace_write_policy(people, bruno):
+    tenant = people.acme
+    tenant.write_policy = "blocklist"
+    tenant.blocked_terms = ["Project Falcon", "layoffs"]
+    tenant.save()
+    outcome = fragment_write(caller=bruno, content="Project Falcon launches in May. Lunch is at noon. "
+                                                   "The layoffs list is final.")
+    assert [(r.operation, r.reason) for r in outcome.results] == [
         ("dropped", "policy_drop"), ("stored", None), ("dropped", "policy_drop")]
-    assert "Project Falcon" in out["results"][0]["explanation"]
-    assert out["dropped"] == 2 and out["drop_reasons"] == ["policy_drop"]
+    assert "Project Falcon" in outcome.results[0].explanation
+    assert outcome.dropped == 2 and outcome.drop_reasons == ["policy_drop"]
     # Whole words only: "falconry" is not "Falcon".
-    acme.tenant.blocked_terms = ["falcon"]
-    acme.tenant.save()
-    assert memory_write(caller=acme.owner, content="I took up falconry.")["results"][0]["operation"] == "stored"
+    tenant.blocked_terms = ["falcon"]
+    tenant.save()
+    assert fragment_write(caller=bruno, content="I took up falconry.").results[0].operation == "stored"
     # An open policy refuses nothing.
-    acme.tenant.write_policy = "open"
-    acme.tenant.save()
-    assert memory_write(caller=acme.owner, content="Falcon is a nice name.")["dropped"] == 0
+    tenant.write_policy = "open"
+    tenant.save()
+    assert fragment_write(caller=bruno, content="Falcon is a nice name.").dropped == 0
 
 
-def test_the_same_key_and_payload_returns_the_first_answer_without_writing(acme):
-    first = memory_write(caller=acme.owner, content="The release train leaves on Tuesdays.", idempotency_key="k1")
+def test_the_same_key_and_payload_returns_the_first_answer_without_writing(bruno):
+    first = fragment_write(caller=bruno, content="The release train leaves on Tuesdays.", idempotency_key="k1")
     count = Fragment.objects.count()
-    again = memory_write(caller=acme.owner, content="The release train leaves on Tuesdays.", idempotency_key="k1")
+    again = fragment_write(caller=bruno, content="The release train leaves on Tuesdays.", idempotency_key="k1")
     assert again == first
+    assert write_output(again) == write_output(first)
     assert Fragment.objects.count() == count
 
 
-def test_a_derived_key_makes_an_identical_retry_safe(acme):
-    first = memory_write(caller=acme.owner, content="Lunch is at noon.", session_id="s1")
-    assert memory_write(caller=acme.owner, content="Lunch is at noon.", session_id="s1") == first
+def test_a_derived_key_makes_an_identical_retry_safe(bruno):
+    first = fragment_write(caller=bruno, content="Lunch is at noon.", session_id="s1")
+    assert fragment_write(caller=bruno, content="Lunch is at noon.", session_id="s1") == first
     assert Fragment.objects.count() == 1
     # Another payload (session) is another write.
-    other = memory_write(caller=acme.owner, content="Lunch is at noon.", session_id="s2")
-    assert other["results"][0]["operation"] == "merged"
+    other = fragment_write(caller=bruno, content="Lunch is at noon.", session_id="s2")
+    assert other.results[0].operation == "merged"
 
 
-def test_reusing_a_key_with_another_payload_is_refused_for_24_hours(acme):
-    memory_write(caller=acme.owner, content="The release train leaves on Tuesdays.", idempotency_key="k1")
+def test_reusing_a_key_with_another_payload_is_refused_for_24_hours(people, bruno):
+    fragment_write(caller=bruno, content="The release train leaves on Tuesdays.", idempotency_key="k1")
     with pytest.raises(Conflict) as caught:
-        memory_write(caller=acme.owner, content="The release train leaves on Fridays.", idempotency_key="k1")
+        fragment_write(caller=bruno, content="The release train leaves on Fridays.", idempotency_key="k1")
     assert caught.value.field == "idempotency_key"
     assert "24 hours" in caught.value.message
     # Keys are per principal: someone else may use the same key.
-    memory_write(caller=acme.member, content="The release train leaves on Fridays.", idempotency_key="k1")
+    fragment_write(caller=people.caller(people.cleo), content="The release train leaves on Fridays.",
+                   idempotency_key="k1")
     # After 24 hours the key is free again.
     IdempotencyRecord.objects.update(created_at=timezone.now() - dt.timedelta(hours=24, seconds=1))
-    out = memory_write(caller=acme.owner, content="The release train leaves on Fridays.", idempotency_key="k1")
-    assert out["results"][0]["operation"] == "superseded"
+    outcome = fragment_write(caller=bruno, content="The release train leaves on Fridays.", idempotency_key="k1")
+    assert outcome.results[0].operation == "superseded"
 
 
-def test_enrichment_is_enqueued_on_commit_for_what_is_missing(acme, monkeypatch,
+def test_enrichment_is_enqueued_on_commit_for_what_is_missing(bruno, monkeypatch,
                                                                django_capture_on_commit_callbacks):
-    from memoryhub import tasks
+    from memoryhub.celery import app
 
     sent = []
-    monkeypatch.setattr(tasks.enrich_fragments, "delay", lambda ids: sent.append(ids))
+    # Services enqueue by task name through the Celery app.
+    monkeypatch.setattr(app, "send_task", lambda name, args=None, **options: sent.append((name, args)))
     # Embedded at write time and no resource: nothing left for tier 2.
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        memory_write(caller=acme.owner, content="My favourite editor is Vim.")
+        fragment_write(caller=bruno, content="My favourite editor is Vim.")
     assert callbacks == [] and sent == []
     # A named resource is linked by tier 2.
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        out = memory_write(caller=acme.owner, content="The Q3 plan moves the launch to October.",
-                           resource="https://wiki.example/q3-plan")
-    assert len(callbacks) == 1 and sent == [[out["results"][0]["fragment_id"]]]
+        outcome = fragment_write(caller=bruno, content="The Q3 plan moves the launch to October.",
+                                 resource="https://wiki.example/q3-plan")
+    assert len(callbacks) == 1 and sent == [(enrichment.ENRICH_TASK, [[outcome.results[0].fragment_id]])]
     # With the embedder down the write still succeeds, and tier 2 embeds it later.
     monkeypatch.setattr(write, "_embed", lambda texts: None)
     with django_capture_on_commit_callbacks(execute=True):
-        out = memory_write(caller=acme.owner, content="Our office closes at 7pm.")
-    assert sent[-1] == [out["results"][0]["fragment_id"]]
-    assert Fragment.objects.get(pk=out["results"][0]["fragment_id"]).embedding is None
+        outcome = fragment_write(caller=bruno, content="Our office closes at 7pm.")
+    assert sent[-1] == (enrichment.ENRICH_TASK, [[outcome.results[0].fragment_id]])
+    assert Fragment.objects.get(pk=outcome.results[0].fragment_id).embedding is None
 
 
-def test_an_agents_write_is_parked_as_a_proposal(acme):
+def test_an_agents_write_is_parked_as_a_proposal(people, bot):
     before = Fragment.objects.count()
-    out = memory_write(caller=acme.agent, content="Ticket triage starts with P1s. The token is "
-                                                  "ghp_16C7e42F292c6912E7710c838347Ae178B4a.", session_id="run-7")
-    assert out["review_state"] == "pending"
-    assert [r["operation"] for r in out["results"]] == ["proposed", "dropped"]
-    assert out["dropped"] == 1 and out["drop_reasons"] == ["privacy_drop"]
-    assert "awaiting" in out["results"][0]["explanation"].lower()
+    outcome = fragment_write(caller=bot, content="Ticket triage starts with P1s. The token is "
+                                                 "ghp_16C7e42F292c6912E7710c838347Ae178B4a.", session_id="run-7")
+    assert outcome.review_state == "pending"
+    assert [r.operation for r in outcome.results] == ["proposed", "dropped"]
+    assert outcome.dropped == 1 and outcome.drop_reasons == ["privacy_drop"]
+    assert "awaiting" in outcome.results[0].explanation.lower()
     assert Fragment.objects.count() == before  # nothing became memory
-    proposal = Proposal.objects.get(pk=out["proposal_id"])
-    assert proposal.state == "pending" and proposal.agent == acme.agent.agent
+    proposal = Proposal.objects.get(pk=outcome.proposal_id)
+    assert proposal.state == "pending" and proposal.agent == people.triage_bot.agent
     assert proposal.content == "Ticket triage starts with P1s."  # the secret is not parked either
-    assert proposal.session_id == "run-7" and proposal.client_id == acme.agent.client_id
-    assert out["outcome"].startswith(f"Parked as proposal {proposal.pk}")
+    assert proposal.session_id == "run-7" and proposal.client_id == people.triage_bot.client_id
+    assert outcome.summary.startswith(f"Parked as proposal {proposal.pk}")
+    # An agent's memory_write output names its proposal.
+    out = write_output(outcome)
+    assert set(out) == WRITE_FIELDS | {"proposal_id"} and out["proposal_id"] == str(proposal.pk)
+    assert out["outcome"] == outcome.summary

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from memoryhub.models import Fragment
-from memoryhub.services.write import memory_write, split_candidates, subject_of
+from memoryhub.services.fragments import fragment_write
+from memoryhub.services.write import split_candidates, subject_of
 
 # (what is already in my memory, what I write now, what should happen)
 CASES = [
@@ -36,45 +37,49 @@ CASES = [
 ]
 
 
+@pytest.fixture
+def bruno(people):
+    return people.caller(people.bruno)
+
+
 @pytest.mark.parametrize(("existing", "new", "expected"), CASES)
-def test_judgement_table(acme, existing, new, expected):
-    first = memory_write(caller=acme.owner, content=existing)
-    (old,) = first["results"]
-    assert old["operation"] == "stored"
-    (result,) = memory_write(caller=acme.owner, content=new)["results"]
-    assert result["operation"] == expected, result
-    old_row = Fragment.objects.get(pk=old["fragment_id"])
+def test_judgement_table(people, bruno, existing, new, expected):
+    (old,) = fragment_write(caller=bruno, content=existing).results
+    assert old.operation == "stored"
+    (result,) = fragment_write(caller=bruno, content=new).results
+    assert result.operation == expected, result
+    old_row = Fragment.objects.get(pk=old.fragment_id)
     if expected == "merged":
-        assert result["fragment_id"] == old["fragment_id"]
+        assert result.fragment_id == old.fragment_id
         assert old_row.retired_at is None
-        assert Fragment.objects.filter(owner_user=acme.owner.user).count() == 1
+        assert Fragment.objects.filter(owner_user=people.bruno).count() == 1
     elif expected == "superseded":
-        new_row = Fragment.objects.get(pk=result["fragment_id"])
-        assert result["superseded_fragment_id"] == old["fragment_id"]
+        new_row = Fragment.objects.get(pk=result.fragment_id)
+        assert result.superseded_fragment_id == old.fragment_id
         # Retired at the very instant the successor became memory.
         assert old_row.retired_at == new_row.recorded_at
         assert old_row.retired_reason == "superseded" and old_row.successor_id == new_row.pk
-        assert result["explanation"]
+        assert result.explanation
     else:
-        assert result["fragment_id"] != old["fragment_id"] and result["superseded_fragment_id"] is None
+        assert result.fragment_id != old.fragment_id and result.superseded_fragment_id is None
         assert old_row.retired_at is None
 
 
-def test_it_judges_only_against_the_writers_own_memory(acme):
-    memory_write(caller=acme.member, content="My manager is Ada.")
-    (result,) = memory_write(caller=acme.owner, content="My manager is Bruno.")["results"]
-    assert result["operation"] == "stored"
+def test_it_judges_only_against_the_writers_own_memory(people, bruno):
+    fragment_write(caller=people.caller(people.cleo), content="My manager is Ada.")
+    (result,) = fragment_write(caller=bruno, content="My manager is Bruno.").results
+    assert result.operation == "stored"
     # A new session (another payload, so not an idempotent retry) says it again.
-    (again,) = memory_write(caller=acme.owner, content="My manager is Bruno.", session_id="s2")["results"]
-    assert again["operation"] == "merged"
+    (again,) = fragment_write(caller=bruno, content="My manager is Bruno.", session_id="s2").results
+    assert again.operation == "merged"
 
 
-def test_it_judges_against_live_memory_only(acme):
-    memory_write(caller=acme.owner, content="My manager is Ada.")
-    memory_write(caller=acme.owner, content="My manager is Bruno.")
+def test_it_judges_against_live_memory_only(bruno):
+    fragment_write(caller=bruno, content="My manager is Ada.")
+    fragment_write(caller=bruno, content="My manager is Bruno.")
     # "Ada" was retired; writing it again is a change back, not a duplicate of a retired row.
-    (result,) = memory_write(caller=acme.owner, content="My manager is Ada.", session_id="s2")["results"]
-    assert result["operation"] == "superseded"
+    (result,) = fragment_write(caller=bruno, content="My manager is Ada.", session_id="s2").results
+    assert result.operation == "superseded"
 
 
 @pytest.mark.parametrize(("text", "subject"), [

@@ -7,11 +7,12 @@ import datetime as dt
 from django.utils import timezone
 
 from memoryhub.models import Fragment
-from tests.pages.personas import remember, search, share, signed_in
+from tests.conftest import signed_in
+from tests.pages.helpers import remember, search, share
 
 
 def _fact(people, text="My bike is the red one by the door."):
-    return remember(people.bruno, text)["results"][0]["fragment_id"]
+    return remember(people.bruno, text).results[0].fragment_id
 
 
 def test_it_asks_first(people):
@@ -30,14 +31,14 @@ def test_it_retires_the_fact_now_and_keeps_the_past(people):
     fragment = Fragment.objects.get(pk=fragment_id)
     assert fragment.retired_reason == Fragment.Retired.FORGOTTEN
     assert fragment.retired_at >= before
-    assert search(people.bruno, "red bike by the door")["fragments"] == []
+    assert search(people.bruno, "red bike by the door").hits == []
     past = search(people.bruno, "red bike by the door", as_of=before - dt.timedelta(microseconds=1))
-    assert [f["id"] for f in past["fragments"]] == [fragment_id]
+    assert past.served_ids == [fragment_id]
 
 
 def test_it_validates_ownership(people):
     fragment_id = _fact(people)
-    for user in (people.ada, people.carol, people.olga):
+    for user in (people.ada, people.cleo, people.carol, people.olga):
         assert signed_in(user).post(f"/memory/{fragment_id}/forget/").status_code == 404
     assert signed_in(people.nomad).post(f"/memory/{fragment_id}/forget/").status_code == 403
     assert Fragment.objects.get(pk=fragment_id).retired_at is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.test import Client
 
-from tests.pages.personas import signed_in
+from tests.conftest import PASSWORD, signed_in
 
 
 def test_it_sends_strangers_to_sign_in():
@@ -33,6 +33,15 @@ def test_it_tells_a_person_of_no_workspace_why_there_is_nothing(people):
 
 
 def test_signing_in_lands_on_home(people):
-    response = Client().post("/accounts/login/", {"username": "bruno", "password": "a long enough passphrase"})
+    response = Client().post("/accounts/login/", {"workspace": "acme", "username": "bruno", "password": PASSWORD})
     assert response.status_code == 302
     assert response["Location"] == "/"
+
+
+def test_signing_in_needs_the_workspace(people):
+    # Login names are unique per workspace: without it (or with another one) bruno is nobody.
+    for workspace in ("", "globex"):
+        response = Client().post("/accounts/login/", {"workspace": workspace, "username": "bruno",
+                                                      "password": PASSWORD})
+        assert response.status_code == 200
+        assert b"That workspace, username and password do not match." in response.content

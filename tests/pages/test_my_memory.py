@@ -9,8 +9,10 @@ from django.test import Client
 from django.utils import timezone
 
 from memoryhub.models import Fragment, Receipt
-from memoryhub.services import browse
-from tests.pages.personas import remember, share, signed_in
+from memoryhub.services import paging
+from memoryhub.services.search import SearchResult
+from tests.conftest import signed_in
+from tests.pages.helpers import remember, share, values
 
 
 def _own(user, value: str, *, minutes_ago: int) -> Fragment:
@@ -30,15 +32,17 @@ def test_it_lists_my_memory_newest_first(people):
 
 def test_it_validates_ownership(people):
     _own(people.ada, "Ada's private fact.", minutes_ago=1)
+    _own(people.cleo, "Cleo's private fact.", minutes_ago=1)
     share(people, "A runbook step everyone in engineering reads.")
     text = signed_in(people.bruno).get("/memory/").content.decode()
-    # Browsing shows one's own memory only; a workspace admin's private memory never appears.
-    assert "Ada's private fact." not in text
+    # Browsing shows one's own memory only; neither a teammate's nor a workspace admin's private memory appears.
+    assert "Ada's private fact." not in text and "Ada&#x27;s private fact." not in text
+    assert "Cleo's private fact." not in text and "Cleo&#x27;s private fact." not in text
     assert "A runbook step" not in text
 
 
 def test_it_pages_with_a_cursor(people, monkeypatch):
-    monkeypatch.setattr(browse, "PAGE_SIZE", 2)
+    monkeypatch.setattr(paging, "PAGE_SIZE", 2)
     for minutes in range(5):
         _own(people.bruno, f"Fact number {minutes}.", minutes_ago=minutes + 1)
     client = signed_in(people.bruno)
@@ -47,13 +51,14 @@ def test_it_pages_with_a_cursor(people, monkeypatch):
     while url:
         response = client.get(url)
         page = response.context["page"]
+        assert len(page.items) <= 2
         seen += [view.fragment.value for view in page.items]
         url = f"/memory/?cursor={page.next_cursor}" if page.next_cursor else None
     assert seen == [f"Fact number {n}." for n in range(5)]
 
 
 def test_a_page_does_not_shift_when_memory_is_written_meanwhile(people, monkeypatch):
-    monkeypatch.setattr(browse, "PAGE_SIZE", 2)
+    monkeypatch.setattr(paging, "PAGE_SIZE", 2)
     for minutes in range(4):
         _own(people.bruno, f"Fact number {minutes}.", minutes_ago=minutes + 1)
     client = signed_in(people.bruno)
@@ -83,18 +88,23 @@ def test_search_uses_the_memory_service_and_leaves_a_receipt(people):
     response = signed_in(people.bruno).get("/memory/", {"q": "favourite editor"})
     assert response.status_code == 200
     result = response.context["result"]
-    assert [f["value"] for f in result["fragments"]][0] == "My favourite editor is Helix."
-    receipt = Receipt.objects.get(pk=result["receipt_id"])
+    assert isinstance(result, SearchResult)
+    assert values(result)[0] == "My favourite editor is Helix."
+    receipt = Receipt.objects.get(pk=result.receipt_id)
     assert receipt.reader_user == people.bruno
     assert receipt.request["query"] == "favourite editor"
-    assert f"/receipts/{receipt.pk}/" in response.content.decode()
+    assert receipt.served == result.served_ids
+    text = response.content.decode()
+    assert f"/receipts/{receipt.pk}/" in text
+    assert "My favourite editor is Helix." in text.split('id="search-results"')[1]
 
 
 def test_search_never_shows_what_the_person_may_not_read(people):
     remember(people.ada, "The merger codename is Bluebird.")
     share(people, "The Bluebird account renews in May.", collection="accounts")
-    result = signed_in(people.bruno).get("/memory/", {"q": "Bluebird"}).context["result"]
-    assert result["fragments"] == []
+    response = signed_in(people.bruno).get("/memory/", {"q": "Bluebird"})
+    assert response.context["result"].hits == []
+    assert b"Bluebird account" not in response.content and b"merger codename" not in response.content
 
 
 def test_search_validates_its_limits(people):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from django.test import Client
 
-from memoryhub.access import caller_for_agent
 from memoryhub.models import AccessRule
-from memoryhub.services.search import memory_search
-from tests.pages.personas import remember, search, share, signed_in
+from memoryhub.services.receipts import ReceiptReplay
+from memoryhub.services.search import fragments_search
+from tests.conftest import signed_in
+from tests.pages.helpers import as_agent, remember, search, share
 
 
 def test_it_lists_my_receipts_newest_first(people):
@@ -20,14 +21,16 @@ def test_it_lists_my_receipts_newest_first(people):
 
 
 def test_the_replay_shows_a_forgotten_fact_missing_now(people):
-    fragment_id = remember(people.bruno, "The office wifi is called Acme-Guest.")["results"][0]["fragment_id"]
-    receipt_id = search(people.bruno, "office wifi")["receipt_id"]
+    fragment_id = remember(people.bruno, "The office wifi is called Acme-Guest.").results[0].fragment_id
+    receipt_id = search(people.bruno, "office wifi").receipt_id
     client = signed_in(people.bruno)
     client.post(f"/memory/{fragment_id}/forget/")
     response = client.get(f"/receipts/{receipt_id}/")
     assert response.status_code == 200
     replay = response.context["replay"]
-    assert replay["missing_now"] == [fragment_id]
+    assert isinstance(replay, ReceiptReplay) and replay.replayed
+    assert replay.served_then == [fragment_id]
+    assert replay.missing_now == [fragment_id]
     # It is the person's own: the page still says what it was, and that it was forgotten.
     missing = dict(response.context["rows"]["missing_now"])
     assert missing[fragment_id].fragment.value == "The office wifi is called Acme-Guest."
@@ -36,24 +39,23 @@ def test_the_replay_shows_a_forgotten_fact_missing_now(people):
 
 def test_the_replay_never_shows_what_the_person_can_no_longer_read(people):
     fragment = share(people, "The staging database password rotates monthly via vault.")
-    receipt_id = search(people.bruno, "staging database")["receipt_id"]
+    receipt_id = search(people.bruno, "staging database").receipt_id
     AccessRule.objects.filter(tenant=people.acme, collection__name="runbooks").delete()
     response = signed_in(people.bruno).get(f"/receipts/{receipt_id}/")
-    assert response.context["replay"]["missing_now"] == [str(fragment.pk)]
+    assert response.context["replay"].missing_now == [str(fragment.pk)]
     assert b"rotates monthly via vault" not in response.content
     assert b"no longer visible to you" in response.content
 
 
 def test_it_validates_ownership(people):
-    receipt_id = search(people.bruno, "anything at all")["receipt_id"]
-    for user in (people.ada, people.carol, people.olga):
+    receipt_id = search(people.bruno, "anything at all").receipt_id
+    for user in (people.ada, people.cleo, people.carol, people.olga):
         assert signed_in(user).get(f"/receipts/{receipt_id}/").status_code == 404
     assert signed_in(people.nomad).get(f"/receipts/{receipt_id}/").status_code == 403
     assert Client().get(f"/receipts/{receipt_id}/").status_code == 302
 
 
 def test_an_agents_receipt_is_not_a_persons(people):
-    agent = caller_for_agent(agent=people.triage_bot.agent)
-    receipt_id = memory_search(caller=agent, query="runbooks")["receipt_id"]
+    receipt_id = fragments_search(caller=as_agent(people.triage_bot), query="runbooks").receipt_id
     assert signed_in(people.ada).get(f"/receipts/{receipt_id}/").status_code == 404
     assert "runbooks" not in signed_in(people.ada).get("/receipts/").content.decode()

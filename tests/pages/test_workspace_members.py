@@ -5,12 +5,13 @@ from __future__ import annotations
 from django.test import Client
 
 from memoryhub.models import Membership, Role, User
-from tests.pages.personas import PASSWORD, signed_in
+from tests.conftest import PASSWORD, signed_in
+from tests.pages.helpers import sign_in_form
 
 
 def test_it_lists_the_members_of_my_workspace_only(people):
     text = signed_in(people.ada).get("/workspace/members/").content.decode()
-    assert "bruno" in text and "carol" in text
+    assert "bruno" in text and "cleo" in text and "carol" in text
     assert "olga" not in text and "nomad" not in text
 
 
@@ -23,17 +24,28 @@ def test_it_adds_a_person_who_can_sign_in(people):
     assert dana.tenant == people.acme
     assert [role.name for role in dana.membership.roles.all()] == ["sales"]
     assert not dana.membership.is_admin
-    assert Client().login(username="dana", password=PASSWORD)
+    signed = sign_in_form(Client(), dana)
+    assert signed.status_code == 302 and signed["Location"] == "/"
 
 
 def test_it_refuses_a_taken_name_or_a_weak_password(people):
     client = signed_in(people.ada)
-    taken = client.post("/workspace/members/add/", {"username": "olga", "password": PASSWORD})
-    assert taken.status_code == 400 and b"is taken" in taken.content
+    # Login names are unique within the workspace, case-insensitively.
+    taken = client.post("/workspace/members/add/", {"username": "Bruno", "password": PASSWORD})
+    assert taken.status_code == 400 and b"already a member of this workspace" in taken.content
     weak = client.post("/workspace/members/add/", {"username": "erin", "password": "short"})
     assert weak.status_code == 400 and b"too short" in weak.content
     assert not User.objects.filter(username="erin").exists()
-    assert User.objects.get(username="olga").tenant == people.globex
+    assert list(User.objects.filter(username__iexact="bruno")) == [people.bruno]
+
+
+def test_a_name_taken_in_another_workspace_is_free_here(people):
+    # Another workspace's people are none of this admin's business: the name is simply free.
+    response = signed_in(people.ada).post("/workspace/members/add/", {"username": "olga", "password": PASSWORD})
+    assert response.status_code == 302
+    assert sorted(user.tenant.slug for user in User.objects.filter(username="olga")) == ["acme", "globex"]
+    assert User.objects.get(pk=people.olga.pk).tenant == people.globex
+    assert Membership.objects.get(user=people.olga).is_admin
 
 
 def test_it_sets_roles_and_the_admin_flag(people):
@@ -75,3 +87,4 @@ def test_it_validates_ownership(people):
     assert bruno.post("/workspace/members/add/", {"username": "x", "password": PASSWORD}).status_code == 403
     assert not Membership.objects.get(user=people.bruno).is_admin
     assert Role.objects.filter(pk=acme_role.pk).exists()
+    assert not User.objects.filter(username="x").exists()

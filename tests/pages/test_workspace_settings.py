@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from memoryhub.models import Tenant
-from tests.pages.personas import remember, signed_in
+from tests.conftest import signed_in
+from tests.pages.helpers import remember
 
 
 def _post(client, **overrides):
@@ -24,7 +25,7 @@ def test_it_saves_the_settings(people):
 def test_the_write_policy_applies_to_the_next_write(people):
     _post(signed_in(people.ada), write_policy="blocklist", blocked_terms="Project Falcon")
     out = remember(people.bruno, "Project Falcon launches in May.")
-    assert out["results"][0]["reason"] == "policy_drop"
+    assert out.results[0].operation == "dropped" and out.results[0].reason == "policy_drop"
 
 
 def test_it_validates_the_floor_and_the_blocklist(people):

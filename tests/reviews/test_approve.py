@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.test import Client
 
-from memoryhub.access import caller_for_agent
 from memoryhub.models import Fragment, Proposal
-from memoryhub.services.search import memory_search
-from tests.pages.personas import propose, signed_in
+from memoryhub.services.search import fragments_search
+from tests.conftest import signed_in
+from tests.pages.helpers import as_agent, propose
 
 
 def test_it_approves_and_the_agent_finds_it(people):
@@ -19,8 +19,8 @@ def test_it_approves_and_the_agent_finds_it(people):
     assert proposal.result["results"][0]["operation"] == "stored"
     fragment = Fragment.objects.get(pk=proposal.result["results"][0]["fragment_id"])
     assert fragment.owner_agent == people.triage_bot.agent
-    found = memory_search(caller=caller_for_agent(agent=people.triage_bot.agent), query="flaky test")
-    assert [f["id"] for f in found["fragments"]] == [str(fragment.pk)]
+    found = fragments_search(caller=as_agent(people.triage_bot), query="flaky test")
+    assert found.served_ids == [str(fragment.pk)]
 
 
 def test_it_approves_an_edited_proposal(people):
@@ -66,6 +66,7 @@ def test_approving_twice_says_it_was_decided(people):
 def test_it_validates_ownership(people):
     proposal = propose(people.triage_bot, "Builds run on ci-02.")
     assert signed_in(people.olga).post(f"/reviews/{proposal.pk}/approve/").status_code == 404
+    assert signed_in(people.cleo).post(f"/reviews/{proposal.pk}/approve/").status_code == 403
     assert signed_in(people.bruno).post(f"/reviews/{proposal.pk}/approve/").status_code == 403
     assert signed_in(people.nomad).post(f"/reviews/{proposal.pk}/approve/").status_code == 403
     assert Client().post(f"/reviews/{proposal.pk}/approve/").status_code == 302

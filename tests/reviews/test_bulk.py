@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from memoryhub.models import Proposal
-from tests.pages.personas import propose, signed_in
+from tests.conftest import signed_in
+from tests.pages.helpers import propose
 
 
 def test_it_approves_the_selected(people):

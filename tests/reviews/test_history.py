@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.pages.personas import propose, signed_in
+from tests.conftest import signed_in
+from tests.pages.helpers import propose
 
 
 def test_it_lists_decisions_with_who_and_when(people):

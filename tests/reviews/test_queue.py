@@ -9,8 +9,10 @@ from django.test import Client
 from django.utils import timezone
 
 from memoryhub.models import Fragment, Proposal
+from memoryhub.services import agents
 from reviews import views
-from tests.pages.personas import propose, signed_in
+from tests.conftest import signed_in
+from tests.pages.helpers import propose
 
 
 def test_it_shows_pending_proposals_with_their_context(people):
@@ -65,7 +67,8 @@ def test_the_preview_writes_nothing(people):
 
 
 def test_it_filters_by_agent_and_age(people):
-    other = people.triage_bot.agent.tenant.agents.create(name="summariser", scopes="memory.write")
+    other = agents.agent_register(caller=people.caller(people.ada), name="summariser", scopes=["memory.write"],
+                                  roles=[])
     propose(people.triage_bot, "Triage fact, fresh.")
     old = propose(other, "Summariser fact, old.")
     Proposal.objects.filter(pk=old.pk).update(created_at=timezone.now() - dt.timedelta(days=2))

@@ -1,1 +1,0 @@
-from tests.pages.personas import console_settings, people  # noqa: F401
