@@ -62,7 +62,7 @@ class PersonManager(UserManager):
     def get_by_natural_key(self, username):  # type: ignore[no-untyped-def]
         # Login names are unique per workspace; Django's own sign-in paths (the
         # Django admin, createsuperuser) name accounts of no workspace only.
-        # People sign in with their workspace (memoryhub.oauth.backends).
+        # People sign in with their workspace (memoryhub.oauth.signin).
         return self.get(tenant__isnull=True, username=username)
 
 

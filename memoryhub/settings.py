@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "memoryhub.middleware.SecurityHeadersMiddleware",
+    # Before sessions, CSRF, static files and every view: NUL and lone surrogates get a 400 here.
+    "memoryhub.middleware.HostileInputMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -148,6 +148,10 @@ def with_issuer(url: str) -> str:
 # ---------------------------------------------------------------- scopes
 
 
+def client_registered(client_id: str) -> bool:
+    return bool(client_id) and Application.objects.filter(client_id=client_id).exists()
+
+
 def is_source_client(application: Application | None) -> bool:
     agent = access.agent_of(application)
     return agent is not None and agent.kind == agent.Kind.SOURCE

@@ -25,11 +25,13 @@ from oauth2_provider.views.dynamic_client_registration import (
 
 from memoryhub import access
 from memoryhub.models import Tenant
+from memoryhub.middleware import refusal
 from memoryhub.oauth.policy import (
     MCP_PATH,
     MCP_READONLY_PATH,
     PERSON_TOKEN_SECONDS,
     client_metadata_problem,
+    client_registered,
     issuer,
     resource_url,
     with_issuer,
@@ -146,6 +148,9 @@ class AuthorizeView(AuthorizationView):
     def post(self, request, *args, **kwargs):
         if _workspace_of(request.user) is None:
             return _no_workspace(request)
+        if not client_registered(request.POST.get("client_id", "")):
+            # DOT's form_valid looks the client up with .get() and would answer a 500.
+            return refusal(request, "client_id", "client_id names no registered client.")
         return super().post(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs):
