@@ -24,8 +24,8 @@ from oauth2_provider.views.dynamic_client_registration import (
 )
 
 from memoryhub import access
-from memoryhub.models import Tenant
 from memoryhub.middleware import refusal
+from memoryhub.models import Tenant
 from memoryhub.oauth.policy import (
     MCP_PATH,
     MCP_READONLY_PATH,
