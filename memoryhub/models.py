@@ -411,3 +411,18 @@ class EnforcementAlarm(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reason} ({self.fragment_id})"
+
+
+class RedeemedCode(models.Model):
+    """An authorization code already exchanged for tokens, remembered for a day:
+    presenting it again revokes what it issued (RFC 6749 §4.1.2). Only checksums
+    are kept, as for the tokens themselves."""
+
+    code_checksum = models.CharField(max_length=64, unique=True)
+    application = models.ForeignKey("oauth2_provider.Application", on_delete=models.CASCADE, related_name="+")
+    token_family = models.UUIDField(null=True, blank=True)
+    access_token_checksum = models.CharField(max_length=64)
+    redeemed_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return f"code redeemed {self.redeemed_at:%Y-%m-%d %H:%M}"

@@ -20,14 +20,16 @@ asks `grantable_scopes` and `token_holder`):
 
 from __future__ import annotations
 
-import hashlib
 import re
+from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import oauthlib.oauth2
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher
-from oauth2_provider.models import Application
+from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 from oauth2_provider.oauth2_validators import OAuth2Validator as ToolkitValidator
 from oauth2_provider.scopes import SettingsScopes
 from oauth2_provider.settings import oauth2_settings
@@ -35,6 +37,8 @@ from oauthlib.oauth2.rfc6749 import errors
 
 from memoryhub import access
 from memoryhub.access import INGEST_SCOPE, MEMORY_SCOPES
+from memoryhub.models import RedeemedCode
+from memoryhub.oauth.tokens import token_checksum
 
 PERSON_TOKEN_SECONDS = 15 * 60
 AGENT_TOKEN_SECONDS = 60 * 60
@@ -48,6 +52,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 CODE_CHALLENGE = re.compile(r"[A-Za-z0-9\-._~]{43,128}")
 MCP_PATH = "/mcp"
 MCP_READONLY_PATH = "/mcp/readonly"
+# How long an exchanged authorization code is remembered, so a replay revokes what it issued.
+REDEEMED_CODE_KEPT = timedelta(hours=24)
 
 
 # ---------------------------------------------------------------- resources
@@ -65,11 +71,6 @@ def resource_urls() -> tuple[str, str]:
 def issuer() -> str:
     """Our RFC 8414 issuer identifier: the public origin (OIDC_ISS_ENDPOINT in settings)."""
     return oauth2_settings.OIDC_ISS_ENDPOINT or settings.BASE_URL.rstrip("/")
-
-
-def token_checksum(raw_token: str) -> str:
-    """The lookup key DOT stores for a token (the token itself is not stored)."""
-    return hashlib.sha256(raw_token.encode("utf-8")).hexdigest()
 
 
 def _invalid_target(description: str, request) -> errors.CustomOAuth2Error:
@@ -146,6 +147,12 @@ def with_issuer(url: str) -> str:
 
 
 # ---------------------------------------------------------------- scopes
+
+
+def _lock(queryset) -> None:  # type: ignore[no-untyped-def]
+    """Lock these rows until the token endpoint's transaction ends (outside one, do nothing)."""
+    if connection.in_atomic_block:
+        list(queryset.select_for_update().values_list("pk", flat=True))
 
 
 def client_registered(client_id: str) -> bool:
@@ -230,9 +237,39 @@ class OAuth2Validator(ToolkitValidator):
         self.validate_token_resource(request)
 
     def validate_refresh_token(self, refresh_token, client, request, *args, **kwargs):
+        # Concurrent refreshes with one token wait here for each other (the token
+        # endpoint runs in a transaction, memoryhub.oauth.views.TokenView): the
+        # later ones then see the first one's rotation and are refused as a
+        # replay, revoking the family exactly as a sequential replay does.
+        _lock(RefreshToken.objects.filter(token_checksum=token_checksum(refresh_token)))
         valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
         # A person who left (deactivated, removed from the workspace) stops refreshing at once.
         return valid and access.token_holder(application=client, user=request.user) is not None
+
+    def validate_code(self, client_id, code, client, request, *args, **kwargs):
+        # Concurrent redemptions of one code wait here for each other; the first
+        # deletes the grant, the others then find none (invalid_grant, not a 500).
+        _lock(Grant.objects.filter(code=code, application=client))
+        if super().validate_code(client_id, code, client, request, *args, **kwargs):
+            return True
+        # RFC 6749 §4.1.2: a code used twice revokes the tokens issued from it.
+        redeemed = RedeemedCode.objects.filter(code_checksum=token_checksum(code), application=client).first()
+        if redeemed is not None:
+            RefreshToken.revoke_family(redeemed.token_family)
+            AccessToken.objects.filter(token_checksum=redeemed.access_token_checksum).delete()
+        return False
+
+    def save_bearer_token(self, token, request, *args, **kwargs):
+        super().save_bearer_token(token, request, *args, **kwargs)
+        if request.grant_type == "authorization_code" and token.get("access_token"):
+            refresh = token.get("refresh_token")
+            family = (RefreshToken.objects.filter(token_checksum=token_checksum(refresh))
+                      .values_list("token_family", flat=True).first() if refresh else None)
+            RedeemedCode.objects.filter(redeemed_at__lt=timezone.now() - REDEEMED_CODE_KEPT).delete()
+            RedeemedCode.objects.create(
+                code_checksum=token_checksum(request.code), application=request.client, token_family=family,
+                access_token_checksum=token_checksum(token["access_token"]),
+            )
 
 
 # ---------------------------------------------------------------- client metadata documents

@@ -25,7 +25,7 @@ authorization_server = [
          oauth_views.ProtectedResourceMetadataView.as_view(path=MCP_READONLY_PATH),
          name="oauth-resource-metadata-mcp-readonly"),
     path("o/authorize/", oauth_views.AuthorizeView.as_view(), name="authorize"),
-    path("o/token/", toolkit.TokenView.as_view(), name="token"),
+    path("o/token/", oauth_views.TokenView.as_view(), name="token"),
     # RFC 8693 token exchange for edge processes (memoryhub.oauth.exchange).
     path("o/token/exchange/", exchange.token_exchange, name="token-exchange"),
     path("o/revoke_token/", toolkit.RevokeTokenView.as_view(), name="revoke-token"),

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import login as auth_login
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render, resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -17,6 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.debug import sensitive_post_parameters
 from django_ratelimit.core import get_usage
+from oauth2_provider import views as toolkit_views
 from oauth2_provider.views import AuthorizationView, OAuthProtectedResourceMetadataView
 from oauth2_provider.views.dynamic_client_registration import (
     DynamicClientRegistrationManagementView,
@@ -129,6 +131,18 @@ def _consent_csp(redirect_uri: str) -> str | None:
         return None
     directives = [d.strip() for d in settings.CONTENT_SECURITY_POLICY.split(";") if d.strip()]
     return "; ".join(f"{d} {origin}" if d.startswith("form-action") else d for d in directives)
+
+
+class TokenView(toolkit_views.TokenView):
+    """DOT's token endpoint, in one transaction: the validator locks the code or
+    refresh token it checks (memoryhub.oauth.policy), so concurrent uses of one
+    code or one refresh token are decided one after another: exactly one
+    succeeds, the rest get invalid_grant, and a reuse revokes as it would
+    sequentially."""
+
+    def post(self, request, *args, **kwargs):
+        with transaction.atomic():
+            return super().post(request, *args, **kwargs)
 
 
 class AuthorizeView(AuthorizationView):
