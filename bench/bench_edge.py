@@ -110,13 +110,17 @@ def seed(edge_url: str) -> str:
     from django.utils import timezone
     from oauth2_provider.models import AccessToken, Application, set_token_value
 
-    from memoryhub.access import caller_for_user
-    from memoryhub.services.workspaces import person_add, workspace_create
-    from memoryhub.services.write import memory_write
+    from memoryhub.access import OPERATOR, caller_for_user, system_caller
+    from memoryhub.services.fragments import fragment_write
+    from memoryhub.services.members import member_add
+    from memoryhub.services.roles import role_create
+    from memoryhub.services.workspaces import workspace_create
 
     run = secrets.token_hex(4)
-    tenant = workspace_create(slug=f"edge-bench-{run}", name="Edge bench")
-    person = person_add(tenant=tenant, username=f"bench-{run}", password=None, roles=["engineering"])
+    tenant = workspace_create(caller=OPERATOR, slug=f"edge-bench-{run}", name="Edge bench")
+    system = system_caller(tenant=tenant)
+    role_create(caller=system, name="engineering")
+    person = member_add(caller=system, username=f"bench-{run}", password=None, roles=["engineering"])
     app = Application.objects.create(
         name="Edge bench", client_type=Application.CLIENT_PUBLIC,
         authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris="http://127.0.0.1:9/cb",
@@ -124,7 +128,7 @@ def seed(edge_url: str) -> str:
     )
     caller = caller_for_user(user=person, client_id=app.client_id)
     for fact in FACTS:
-        memory_write(caller=caller, content=fact)
+        fragment_write(caller=caller, content=fact)
     raw = secrets.token_urlsafe(24)
     token = AccessToken(application=app, user=person, scope="memory.read memory.write memory.audit",
                         resource=[f"{edge_url}/mcp"], expires=timezone.now() + timedelta(hours=2))

@@ -78,15 +78,17 @@ def corpus(revisions: int) -> list[dict]:
 
 
 def setup_workspace(documents: list[dict]):  # type: ignore[no-untyped-def]
-    from memoryhub.services import workspaces
+    from memoryhub.access import OPERATOR, system_caller
+    from memoryhub.services import access_rules, collections, members, roles, sources, workspaces
 
-    tenant = workspaces.workspace_create(slug=f"bench-ingest-{uuid.uuid4().hex[:8]}")
+    tenant = workspaces.workspace_create(caller=OPERATOR, slug=f"bench-ingest-{uuid.uuid4().hex[:8]}")
+    system = system_caller(tenant=tenant)
+    roles.role_create(caller=system, name="everyone")
     for name in sorted({d["collection"] for d in documents}):
-        workspaces.collection_create(tenant=tenant, name=name)
-        workspaces.access_rule_grant(tenant=tenant, role="everyone", collection=name)
-    reader = workspaces.person_add(tenant=tenant, username=f"reader-{tenant.slug}", password=None,
-                                   roles=["everyone"])
-    source, credentials = workspaces.source_connect(tenant=tenant, name="wiki", collection=documents[0]["collection"])
+        collections.collection_create(caller=system, name=name)
+        access_rules.access_rule_grant(caller=system, role="everyone", collection=name)
+    reader = members.member_add(caller=system, username=f"reader-{tenant.slug}", password=None, roles=["everyone"])
+    source, credentials = sources.source_register(caller=system, name="wiki", collection=documents[0]["collection"])
     return tenant, reader, source, credentials
 
 
@@ -100,7 +102,7 @@ class Server:
         from django.conf import settings
 
         from memoryhub.asgi import django_app
-        from memoryhub.mcp_wiring import build_asgi_application
+        from memoryhub.mcp_adapter.wiring import build_asgi_application
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -289,11 +291,11 @@ def main() -> None:
                 "trickle": trickle(server.url, token, source, spare[2:2 + args.trickle]),
             }
             from memoryhub.access import caller_for_user
-            from memoryhub.services.search import memory_search
+            from memoryhub.services.search import fragments_search
 
             # Semantic search really serves them: a paraphrase with no word of the text in common.
-            hits = memory_search(caller=caller_for_user(user=reader), query="who is on call this week",
-                                 agents=["wiki"])["fragments"]
+            hits = fragments_search(caller=caller_for_user(user=reader), query="who is on call this week",
+                                    agents=["wiki"]).hits
             results["sanity_search_hits"] = len(hits)
             # Other processes share the machine; the load says how much of it the run had.
             results["machine"]["load_average_1m_after"] = round(os.getloadavg()[0], 2)

@@ -6,8 +6,10 @@
 For each corpus of bench/search_bench.py (10k and 100k fragments in one workspace, 20 roles,
 50 collections, 50 readers; built when missing, which takes a while the first time):
 
-* service: `memory_search(caller=…, query=…)` called in this process, the memory core's own number
-  (query embedding, both index queries under the visibility predicate, row check, fusion, receipt);
+* service: `fragments_search(caller=…, query=…)` (memory_search in the domain) called in this
+  process with the MCP result budget and rendered as the contract's output, the memory core's own
+  number (query embedding, both index queries under the visibility predicate, row check, fusion,
+  budget, receipt);
 * MCP: `tools/call memory_search` at revision 2026-07-28 over HTTP to a uvicorn process serving
   `memoryhub.asgi` (the single-process deployment): the gateway (Origin, size, bearer token checked
   in the database, rate limit in Redis), the SDK, argument validation, the in-process client, the
@@ -159,7 +161,8 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
     import httpx2
     from django.db import connection
 
-    from memoryhub.services.search import memory_search
+    from memoryhub.mcp_adapter.render import SEARCH_RESULT_BUDGET, search_output
+    from memoryhub.services.search import fragments_search
 
     ports = {mode: free_port() for mode in args.db_modes}
     urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
@@ -172,7 +175,9 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
 
     def service(i: int) -> None:
         query, reader = plan[i % len(plan)]
-        memory_search(caller=callers[reader], query=query)
+        # What the in-process MCP client runs for memory_search: the search fitted to
+        # the MCP result budget, rendered as the contract's output.
+        search_output(fragments_search(caller=callers[reader], query=query, budget=SEARCH_RESULT_BUDGET))
 
     logs = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
     with contextlib.ExitStack() as stack:

@@ -36,7 +36,7 @@ def bench_database() -> Iterator[None]:
     from django.db import connection
     from django.test.utils import setup_test_environment
 
-    from memoryhub.runtime import embedded_postgres_for_command
+    from memoryhub.runtime.commands import embedded_postgres_for_command
 
     with embedded_postgres_for_command():
         setup_test_environment()

@@ -69,7 +69,7 @@ def build_workspace(data: dict):
             )
         users = {}
         for person in data["workspace"]["people"]:
-            User.objects.filter(username=person["username"]).delete()
+            # Login names are per workspace: the old eval workspace's people went with it.
             user = User.objects.create(username=person["username"], tenant=tenant)
             membership = Membership.objects.create(tenant=tenant, user=user)
             membership.roles.set([roles[r] for r in person["roles"]])
@@ -104,14 +104,14 @@ def embed_all(embedder_path: str) -> float:
 
     from memoryhub.embeddings import reset_embedder
     from memoryhub.models import Fragment
-    from memoryhub.services.enrichment import fragments_embed_missing
+    from memoryhub.services.enrichment import fragments_embed_pending
 
     settings.MEMORYHUB_EMBEDDER = embedder_path
     reset_embedder()
     Fragment.objects.filter(tenant__slug=SLUG).update(embedding=None, embedded_at=None)
     started = time.perf_counter()
-    fragments_embed_missing(fragment_ids=[str(pk) for pk in Fragment.objects.filter(tenant__slug=SLUG)
-                                          .values_list("pk", flat=True)])
+    fragments_embed_pending(fragment_ids=[str(pk) for pk in Fragment.objects.filter(tenant__slug=SLUG)
+                                          .values_list("pk", flat=True)], max_batches=None)
     return time.perf_counter() - started
 
 

@@ -1,7 +1,8 @@
-"""memory_write latency: a person with an existing private memory writes short
-facts (one or two sentences) through the whole tier-1 pipeline: validation,
-idempotency record, privacy and policy checks, embedding, merge/supersede
-judgement against their live private memory, insert, commit.
+"""memory_write latency (services.fragments.fragment_write): a person with an
+existing private memory writes short facts (one or two sentences) through the
+whole tier-1 pipeline: validation, idempotency record, privacy and policy
+checks, embedding, merge/supersede judgement against their live private
+memory, insert, commit.
 
     python bench/write_bench.py                 # 200 writes against 500 existing facts
     python bench/write_bench.py --writes 500 --existing 2000
@@ -34,7 +35,7 @@ def main() -> None:
         from memoryhub.access import caller_for_user
         from memoryhub.embeddings import get_embedder
         from memoryhub.models import Fragment, IdempotencyRecord, Membership, Tenant, User
-        from memoryhub.services.write import memory_write
+        from memoryhub.services.fragments import fragment_write
 
         old = Tenant.objects.filter(slug=SLUG).first()
         if old is not None:
@@ -49,9 +50,10 @@ def main() -> None:
         caller = caller_for_user(user=user)
         get_embedder().embed(["warm up"])
         for n in range(args.existing):
-            memory_write(caller=caller, content=f"{rng.choice(texts)} (note {n})")
+            fragment_write(caller=caller, content=f"{rng.choice(texts)} (note {n})")
         writes = [f"{rng.choice(texts)} (update {n})" for n in range(args.writes)]
-        samples = [t for content in writes for t in timed(lambda c=content: memory_write(caller=caller, content=c), 1)]
+        samples = [t for content in writes
+                   for t in timed(lambda c=content: fragment_write(caller=caller, content=c), 1)]
         result = {
             "existing_private_fragments": args.existing,
             "write": summary(samples),

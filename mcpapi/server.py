@@ -11,6 +11,7 @@ import mcp_types as types
 from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from contract.scopes import OPERATION_SCOPES
 from mcpapi import __version__
 from mcpapi.catalog import CATALOG, ToolSpec, listed_tools
 from mcpapi.client import MemoryClientFactory
@@ -55,6 +56,10 @@ def build_server(
         raise ValueError(f"unknown MCP endpoint {endpoint!r}")
     limits = limits or CallLimits()
     assert_no_identity_fields(spec.tool for spec in tools)
+    unscoped = sorted(spec.name for spec in tools if spec.name not in OPERATION_SCOPES)
+    if unscoped:
+        # Every tool needs an entry in the contract's scope table (None means "needs none").
+        raise ValueError(f"no scope is defined for tools {', '.join(unscoped)} (contract.scopes.OPERATION_SCOPES)")
     input_schemas: Mapping[str, Mapping[str, Any]] = {spec.name: spec.input_schema for spec in tools}
 
     def caller_of(ctx: ServerRequestContext[Any, Any]) -> Connection:

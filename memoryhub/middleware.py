@@ -57,7 +57,7 @@ class HostileInputMiddleware:
         problem = next(self._problems(request), None)
         if problem is not None:
             where, why = problem
-            return refusal(request, where, f"{where} {why}.")
+            return refusal(request, where.removeprefix(JSON_FIELD), f"{where} {why}.")
         return self.get_response(request)
 
     def _problems(self, request: HttpRequest) -> Iterator[tuple[str, str]]:
@@ -121,9 +121,14 @@ def _body_problems(request: HttpRequest) -> Iterator[tuple[str, str]]:
         yield from _json_problems(document, "")
 
 
+# An API refusal's `field` is the member's path alone ("text", "arguments.query"),
+# as the APIs name their fields; the message keeps the prefix.
+JSON_FIELD = "JSON field "
+
+
 def _json_problems(value: Any, where: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
-        yield from _checked(f"JSON field {where or 'the body'}", value)
+        yield from _checked(f"{JSON_FIELD}{where or 'the body'}", value)
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from _checked("a JSON member name", key)

@@ -7,16 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
-from memoryhub import embedded
-from memoryhub.leaks import leftover_processes
-from tests.conftest import free_port
+from memoryhub.runtime import embedded
+from memoryhub.runtime.leaks import leftover_processes
+from tests.conftest import free_port, poll
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,6 +43,13 @@ def _get(url: str) -> tuple[int, dict]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+def leaks_check(datadir: Path) -> tuple[int, str]:
+    """`python -m memoryhub.runtime.leaks DATADIR`, as ./dev runs it after the tests."""
+    result = subprocess.run([sys.executable, "-m", "memoryhub.runtime.leaks", str(datadir)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    return result.returncode, result.stdout + result.stderr
 
 
 def test_healthz_answers_when_the_process_is_up(asgi_server):
@@ -128,6 +134,8 @@ def test_embedded_postgres_start_is_idempotent_and_stop_is_clean(tmp_path):
         server.stop()
     assert not server.is_running()
     assert leftover_processes(tmp_path / "data") == []
+    datadir = (tmp_path / "data").resolve()
+    assert leaks_check(datadir) == (0, f"no PostgreSQL or Redis of ours left running for {datadir}\n")
 
 
 @pytest.mark.slow
@@ -138,23 +146,24 @@ def test_serve_leaves_no_process_behind(tmp_path, sig):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(MEMORYHUB_DATA_DIR=str(datadir), MEMORYHUB_TASK_QUEUE=f"serve-test-{port}")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memoryhub.serve", "--port", str(port)], cwd=ROOT, env=env,
+        [sys.executable, "-m", "memoryhub.runtime.serve", "--port", str(port)], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"serve exited early:\n{proc.stdout.read()}")
+        try:
+            return _get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 240
-        status = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                status, body = _get(f"http://127.0.0.1:{port}/readyz")
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        assert status == 200, proc.stdout.read() if proc.poll() is not None else "not ready"
+        poll(ready, timeout=240, interval=0.5, what="serve to be ready")
         # The private Redis and PostgreSQL are really up while it serves.
         assert leftover_processes(datadir), "expected our PostgreSQL and Redis to be running"
+        status, report = leaks_check(datadir)
+        assert status == 1 and "left running:" in report, report
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=90)
     finally:
@@ -163,5 +172,6 @@ def test_serve_leaves_no_process_behind(tmp_path, sig):
             proc.wait()
     assert proc.returncode == 0, output
     assert "memoryhub is running" in output
-    assert "login 'ada'" in output
+    assert "workspace 'demo'  login 'ada'" in output
     assert leftover_processes(datadir) == []
+    assert leaks_check(datadir)[0] == 0

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import uvicorn
 
 from tests.conftest import free_port
 from tests.support.processes import (
@@ -37,6 +34,7 @@ from tests.support.processes import (
     spawn_uvicorn,
     wait_healthy,
 )
+from tests.support.proxy import bind_localhost, serve_in_thread
 
 # Connection-specific fields (RFC 9110 §7.6.1), never forwarded.
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "host",
@@ -101,21 +99,9 @@ class Recorder:
 @contextmanager
 def recording(upstream: str) -> Iterator[tuple[str, Recorder]]:
     recorder = Recorder(upstream=upstream)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(recorder, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True, name="edge-recorder")
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the recorder did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", recorder
-    finally:
-        server.should_exit = True
-        thread.join(15)
+    sock, url = bind_localhost()
+    with serve_in_thread(recorder, sock, thread_name="edge-recorder"):
+        yield url, recorder
 
 
 def edge_environment(*, base_url: str, service_url: str, key_prefix: str) -> dict[str, str]:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from oauth2_provider.models import Application
 
-from .conftest import Personas, person_token, set_public_origin, stored
+from tests.conftest import People, poll
+from tests.oauth.conftest import set_public_origin
+
+from .conftest import person_token, stored
 from .live import EdgeStack, edge_stack
 from .test_edge_flow import connect
 from .test_internal_api import internal
@@ -38,8 +41,10 @@ def _list_tools_through(stack: EdgeStack, token: str) -> None:
     asyncio.run(session())
 
 
-def test_the_default_credential_lives_at_most_25_seconds(origin: EdgeStack, personas: Personas) -> None:
-    token = person_token(personas, personas.bruno, resource=origin.mcp())
+def test_the_default_credential_lives_at_most_25_seconds(
+    origin: EdgeStack, live_people: People, notes_app: Application
+) -> None:
+    token = person_token(notes_app, live_people.bruno, resource=origin.mcp())
     since = len(origin.recorder.seen)
     _list_tools_through(origin, token)
     [answer] = _captured_credentials(origin, since)
@@ -62,10 +67,10 @@ def short_lived(django_db_setup, django_db_blocker) -> Iterator[EdgeStack]:
 
 
 def test_a_captured_credential_replayed_after_it_expired_is_refused(
-    short_lived: EdgeStack, personas: Personas, settings
+    short_lived: EdgeStack, live_people: People, notes_app: Application, settings
 ) -> None:
     set_public_origin(settings, short_lived.edge_url)
-    token = person_token(personas, personas.bruno, resource=short_lived.mcp())
+    token = person_token(notes_app, live_people.bruno, resource=short_lived.mcp())
     since = len(short_lived.recorder.seen)
     _list_tools_through(short_lived, token)
     [answer] = _captured_credentials(short_lived, since)
@@ -73,8 +78,8 @@ def test_a_captured_credential_replayed_after_it_expired_is_refused(
     row = stored(answer["access_token"])
     assert row.expires - row.created <= timedelta(seconds=2)
     # Wait until the stored expiry has passed on the clock the service reads.
-    while timezone.now() <= row.expires + timedelta(milliseconds=200):
-        time.sleep(max(0.05, (row.expires - timezone.now()).total_seconds() + 0.25))
+    poll(lambda: timezone.now() > row.expires + timedelta(milliseconds=200), timeout=30, interval=0.05,
+         what="the credential's stored expiry to pass")
     for operation in ("probe", "search", "write"):
         refused = internal(short_lived, operation, answer["access_token"])
         assert refused.status_code == 401, (operation, refused.text)

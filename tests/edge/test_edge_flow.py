@@ -10,10 +10,12 @@ from urllib.parse import parse_qs
 
 import httpx2
 import pytest
+from oauth2_provider.models import Application
 
+from tests.conftest import People
 from tests.support.mcp_client import call, connect
 
-from .conftest import HANDBOOK_URI, Personas, agent_token, handbook_document, person_token
+from .conftest import HANDBOOK, agent_token, handbook_document, person_token
 from .live import EdgeStack
 
 pytestmark = [pytest.mark.slow]
@@ -42,9 +44,11 @@ def test_the_edge_process_has_no_database_no_secret_and_no_django_settings(origi
     assert httpx2.get(origin.mcp(), trust_env=False).status_code == 405
 
 
-def test_a_person_uses_the_tools_through_the_edge(origin: EdgeStack, personas: Personas, revision: str) -> None:
-    handbook_document(personas.bruno.tenant)
-    token = person_token(personas, personas.bruno, resource=origin.mcp())
+def test_a_person_uses_the_tools_through_the_edge(
+    origin: EdgeStack, live_people: People, notes_app: Application, revision: str
+) -> None:
+    handbook_document(live_people)
+    token = person_token(notes_app, live_people.bruno, resource=origin.mcp())
 
     async def session() -> tuple:
         async with connect(origin.mcp(), token, revision) as client:
@@ -59,7 +63,7 @@ def test_a_person_uses_the_tools_through_the_edge(origin: EdgeStack, personas: P
 
     assert listed == PERSON_TOOLS
     assert (me["tenant"], me["subject"], me["principal_kind"]) == (
-        str(personas.bruno.tenant_id), "user:bruno", "user"
+        str(live_people.bruno.tenant_id), "user:bruno", "user"
     )
     assert me["scopes"] == ["memory.audit", "memory.read", "memory.write"]
     assert me["tools_available"] == PERSON_TOOLS
@@ -70,16 +74,16 @@ def test_a_person_uses_the_tools_through_the_edge(origin: EdgeStack, personas: P
     # A fragment's documents cross the edge with their provenance, as the output schema lists them.
     runbook = [fragment for fragment in found["fragments"] if "deploys freeze" in fragment["value"]]
     assert [fragment["resources"] for fragment in runbook] == [
-        [{"id": "runbook-7", "title": "Frankfurt staging runbook", "uri": HANDBOOK_URI}]
+        [HANDBOOK]
     ], found
     assert receipt["served_then"] == [fragment["id"] for fragment in found["fragments"]]
     assert receipt["reader"] in ("bruno", "user:bruno")
 
 
 def test_an_agents_write_becomes_a_proposal_through_the_edge(
-    origin: EdgeStack, personas: Personas, revision: str
+    origin: EdgeStack, live_people: People, revision: str
 ) -> None:
-    token = agent_token(personas, resource=origin.mcp())
+    token = agent_token(live_people, resource=origin.mcp())
 
     async def session() -> tuple:
         async with connect(origin.mcp(), token, revision) as client:
@@ -99,8 +103,10 @@ def test_an_agents_write_becomes_a_proposal_through_the_edge(
     assert "receipt_id" in found
 
 
-def test_the_read_only_endpoint_works_through_the_edge(origin: EdgeStack, personas: Personas) -> None:
-    token = person_token(personas, personas.ada, resource=origin.mcp("/mcp/readonly"))
+def test_the_read_only_endpoint_works_through_the_edge(
+    origin: EdgeStack, live_people: People, notes_app: Application
+) -> None:
+    token = person_token(notes_app, live_people.ada, resource=origin.mcp("/mcp/readonly"))
 
     async def session() -> tuple:
         async with connect(origin.mcp("/mcp/readonly"), token, "2026-07-28") as client:
@@ -116,8 +122,10 @@ def test_the_read_only_endpoint_works_through_the_edge(origin: EdgeStack, person
     assert "memory.write" not in json.loads(exchange.answer)["scope"].split()
 
 
-def test_the_callers_token_goes_to_the_exchange_and_nowhere_else(origin: EdgeStack, personas: Personas) -> None:
-    token = person_token(personas, personas.bruno, resource=origin.mcp())
+def test_the_callers_token_goes_to_the_exchange_and_nowhere_else(
+    origin: EdgeStack, live_people: People, notes_app: Application
+) -> None:
+    token = person_token(notes_app, live_people.bruno, resource=origin.mcp())
     before = len(origin.recorder.seen)
 
     async def session() -> None:
@@ -153,8 +161,10 @@ def test_the_callers_token_goes_to_the_exchange_and_nowhere_else(origin: EdgeSta
         assert scheme == "Bearer" and credential in credentials
 
 
-def test_an_exchanged_credential_is_not_an_mcp_token(origin: EdgeStack, personas: Personas) -> None:
-    token = person_token(personas, personas.bruno, resource=origin.mcp())
+def test_an_exchanged_credential_is_not_an_mcp_token(
+    origin: EdgeStack, live_people: People, notes_app: Application
+) -> None:
+    token = person_token(notes_app, live_people.bruno, resource=origin.mcp())
     credential = exchange(origin, token)["access_token"]
     for url in (origin.mcp(), f"{origin.service_url}/mcp"):
         answer = _whoami_raw(url, credential)

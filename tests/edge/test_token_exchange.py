@@ -7,8 +7,12 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
+from oauth2_provider.models import Application
 
-from .conftest import Personas, person_token, planted_credential, set_public_origin, stored
+from tests.conftest import People
+from tests.oauth.conftest import set_public_origin
+
+from .conftest import person_token, planted_credential, stored
 
 ORIGIN = "http://testserver"
 AUDIENCE = f"{ORIGIN}/internal/memory"
@@ -26,8 +30,8 @@ def edge_on(settings):
 
 
 @pytest.fixture
-def token(personas: Personas) -> str:
-    return person_token(personas, personas.bruno, resource=f"{ORIGIN}/mcp")
+def token(live_people: People, notes_app: Application) -> str:
+    return person_token(notes_app, live_people.bruno, resource=f"{ORIGIN}/mcp")
 
 
 def post(data: dict, **headers) -> dict:
@@ -41,17 +45,19 @@ def request(token: str, **overrides) -> dict:
     return {key: value for key, value in data.items() if value is not None}
 
 
-def test_it_issues_a_credential_naming_the_caller(token: str, personas: Personas) -> None:
+def test_it_issues_a_credential_naming_the_caller(
+    token: str, live_people: People, notes_app: Application
+) -> None:
     answer = post(request(token))
     assert answer["status"] == 200
     assert "no-store" in answer["cache"]
     assert answer["issued_token_type"] == ACCESS_TOKEN and answer["token_type"] == "Bearer"
     assert (answer["tenant"], answer["subject"], answer["principal_kind"]) == (
-        str(personas.bruno.tenant_id), "user:bruno", "user"
+        str(live_people.bruno.tenant_id), "user:bruno", "user"
     )
     assert answer["scope"] == "memory.audit memory.read memory.write"
     assert (answer["audience"], answer["resource"]) == (AUDIENCE, f"{ORIGIN}/mcp")
-    assert answer["client_id"] == personas.notes_app.client_id
+    assert answer["client_id"] == notes_app.client_id
     assert answer["access_token"] != token and len(answer["access_token"]) >= 43
     assert 0 < answer["expires_in"] <= 25
 
@@ -112,8 +118,8 @@ def test_the_lifetime_setting_is_capped_at_the_call_deadline(token: str, setting
     assert credential.expires - credential.created <= timedelta(seconds=25)
 
 
-def test_a_read_only_token_gives_a_credential_that_cannot_write(personas: Personas) -> None:
-    token = person_token(personas, personas.ada, resource=f"{ORIGIN}/mcp/readonly")
+def test_a_read_only_token_gives_a_credential_that_cannot_write(live_people: People, notes_app: Application) -> None:
+    token = person_token(notes_app, live_people.ada, resource=f"{ORIGIN}/mcp/readonly")
     answer = post(request(token, resource=f"{ORIGIN}/mcp/readonly"))
     assert answer["scope"] == "memory.audit memory.read"
     only_write = post(request(token, resource=f"{ORIGIN}/mcp/readonly", scope="memory.write"))
@@ -126,9 +132,9 @@ def test_tokens_that_open_no_mcp_resource_are_not_exchanged(token: str) -> None:
 
 
 def test_expired_credentials_are_cleared_as_the_principal_exchanges(token: str, monkeypatch) -> None:
-    from memoryhub import token_exchange
+    from memoryhub.oauth import exchange
 
-    monkeypatch.setattr(token_exchange, "PURGE_EVERY", 1)
+    monkeypatch.setattr(exchange, "PURGE_EVERY", 1)
     first = post(request(token))["access_token"]
     row = stored(first)
     row.expires = timezone.now() - timedelta(seconds=1)

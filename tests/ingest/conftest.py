@@ -1,12 +1,10 @@
-"""Personas and helpers for connected-source ingestion.
+"""Helpers for connected-source ingestion.
 
-Workspace "acme":
-  owner     olivia  engineering       reads runbooks and incidents
-  outsider  oscar   sales             reads accounts only
-  agent     triage-bot (assistant, engineering)
-  source    wiki (connected source, default collection runbooks), with its credentials
-  other     tickets (another connected source)
-Collections: runbooks (engineering), incidents (engineering), accounts (sales).
+The personas are the root set (tests/conftest.py). In workspace "acme":
+bruno (engineering) reads runbooks and incidents; carol (sales) reads
+accounts only; triage-bot is an assistant agent (engineering); wiki is a
+connected source feeding runbooks (its credentials: `people.wiki_credentials`)
+and tickets another one feeding incidents.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,10 +22,10 @@ from urllib.parse import quote
 
 import httpx2
 import pytest
+from django.db import connection
 
-from memoryhub.access import Caller, caller_for_agent, caller_for_user
-from memoryhub.models import Source, Tenant
-from memoryhub.services import workspaces
+from memoryhub.services.search import SearchResult, fragments_search
+from tests.support.processes import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,50 +55,13 @@ def tasks_to_private_queue(private_task_queue) -> Iterator[None]:
     app.conf.task_default_queue = previous
 
 
-@dataclass
-class Acme:
-    tenant: Tenant
-    owner: Caller
-    outsider: Caller
-    agent: Caller
-    wiki: Source
-    wiki_client_id: str
-    wiki_secret: str
-    tickets: Source
+def search(people, who, query: str, **kwargs) -> SearchResult:  # type: ignore[no-untyped-def]
+    """memory_search as `who` (a person or an agent of the root set)."""
+    return fragments_search(caller=people.caller(who), query=query, **kwargs)
 
 
-def make_acme() -> Acme:
-    tenant = workspaces.workspace_create(slug="acme", name="Acme")
-    for name, roles in {"runbooks": ["engineering"], "incidents": ["engineering"], "accounts": ["sales"]}.items():
-        workspaces.collection_create(tenant=tenant, name=name)
-        for role in roles:
-            workspaces.access_rule_grant(tenant=tenant, role=role, collection=name)
-    olivia = workspaces.person_add(tenant=tenant, username="olivia", password=None, roles=["engineering"])
-    oscar = workspaces.person_add(tenant=tenant, username="oscar", password=None, roles=["sales"])
-    bot = workspaces.agent_register(tenant=tenant, name="triage-bot", scopes=["memory.read", "memory.write"],
-                                    roles=["engineering"])
-    wiki, wiki_credentials = workspaces.source_connect(tenant=tenant, name="wiki", collection="runbooks")
-    tickets, _ = workspaces.source_connect(tenant=tenant, name="tickets", collection="incidents")
-    return Acme(
-        tenant=tenant,
-        owner=caller_for_user(user=olivia),
-        outsider=caller_for_user(user=oscar),
-        agent=caller_for_agent(agent=bot.agent, client_id=bot.client_id),
-        wiki=wiki,
-        wiki_client_id=wiki_credentials.client_id,
-        wiki_secret=wiki_credentials.client_secret,
-        tickets=tickets,
-    )
-
-
-@pytest.fixture
-def acme(db) -> Acme:
-    return make_acme()
-
-
-@pytest.fixture
-def live_acme(transactional_db) -> Acme:
-    return make_acme()
+def values(result: SearchResult) -> list[str]:
+    return [hit.fragment.value for hit in result.hits]
 
 
 # ---------------------------------------------------------------- HTTP
@@ -146,9 +106,10 @@ class IngestClient:
 
 
 @pytest.fixture
-def wiki_api(asgi_server, live_acme) -> IngestClient:
+def wiki_api(asgi_server, live_people) -> IngestClient:
     """The wiki source's connector, with a real token from /o/token/."""
-    response = client_credentials_token(asgi_server.url, live_acme.wiki_client_id, live_acme.wiki_secret)
+    credentials = live_people.wiki_credentials
+    response = client_credentials_token(asgi_server.url, credentials.client_id, credentials.client_secret)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["scope"] == "ingest"
@@ -162,17 +123,6 @@ def doc(resource_id: str = "handbook/oncall.md", text: str = "The on-call rotati
 
 
 # ---------------------------------------------------------------- real Celery workers
-
-
-def database_url() -> str:
-    """The test database, as a URL a worker process can be pointed at."""
-    from django.db import connection
-
-    settings_dict = connection.settings_dict
-    host = quote(settings_dict["HOST"], safe="")
-    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
-    password = f":{quote(settings_dict['PASSWORD'])}" if settings_dict.get("PASSWORD") else ""
-    return f"postgresql://{quote(settings_dict['USER'])}{password}@{host}{port}/{settings_dict['NAME']}"
 
 
 @dataclass
@@ -204,8 +154,8 @@ def start_worker(transactional_db, private_task_queue, tmp_path) -> Iterator[Cal
     started: list[Worker] = []
 
     def start(name: str = "w1", *, visibility_timeout: int | None = None) -> Worker:
-        env = {**os.environ, "DATABASE_URL": database_url(), "MEMORYHUB_TASK_QUEUE": private_task_queue,
-               "LOG_LEVEL": "INFO"}
+        env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
+               "MEMORYHUB_TASK_QUEUE": private_task_queue, "LOG_LEVEL": "INFO"}
         if visibility_timeout is not None:
             env["CELERY_VISIBILITY_TIMEOUT"] = str(visibility_timeout)
         log = tmp_path / f"worker-{name}.log"
@@ -223,17 +173,3 @@ def start_worker(transactional_db, private_task_queue, tmp_path) -> Iterator[Cal
     yield start
     for worker in started:
         worker.stop()
-
-
-def wait_for(condition: Callable[[], object], *, timeout: float = 240, interval: float = 0.05,
-             message: str = "condition") -> object:
-    """Poll until `condition()` is truthy. The timeout only stops a broken run
-    from hanging; nothing asserts how fast it happens."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {message}")
-        time.sleep(interval)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import datetime as dt
 
 from memoryhub.services import ingest
-from memoryhub.services.search import memory_search
+from memoryhub.services.provenance import DocumentRef
+from tests.ingest.conftest import search, values
 
 QUERY = "billing database failover runbook"
 
@@ -20,37 +21,38 @@ def ingest_doc(source, collection: str, resource_id: str = "failover.md") -> Non
     ingest.document_upsert(source=source, document=document)
 
 
-def served(caller, **kwargs) -> list[str]:  # type: ignore[no-untyped-def]
-    return [f["value"] for f in memory_search(caller=caller, query=QUERY, **kwargs)["fragments"]]
+def served(people, who, **kwargs) -> list[str]:  # type: ignore[no-untyped-def]
+    return values(search(people, who, QUERY, **kwargs))
 
 
-def test_a_person_whose_role_reads_the_collection_sees_it(acme):
-    ingest_doc(acme.wiki, "runbooks")
-    assert len(served(acme.owner)) == 1
+def test_a_person_whose_role_reads_the_collection_sees_it(people):
+    ingest_doc(people.wiki, "runbooks")
+    assert len(served(people, people.bruno)) == 1
 
 
-def test_a_person_without_such_a_role_does_not(acme):
-    ingest_doc(acme.wiki, "runbooks")
-    assert served(acme.outsider) == []
+def test_a_person_without_such_a_role_does_not(people):
+    ingest_doc(people.wiki, "runbooks")
+    assert served(people, people.carol) == []
 
 
-def test_an_agent_reads_a_source_only_when_it_names_it(acme):
-    ingest_doc(acme.wiki, "runbooks")
-    assert served(acme.agent) == []
-    assert served(acme.agent, agents=["tickets"]) == []
-    assert len(served(acme.agent, agents=["wiki"])) == 1
-    assert len(served(acme.agent, agents=["wiki", "tickets"])) == 1
+def test_an_agent_reads_a_source_only_when_it_names_it(people):
+    ingest_doc(people.wiki, "runbooks")
+    bot = people.triage_bot
+    assert served(people, bot) == []
+    assert served(people, bot, agents=["tickets"]) == []
+    assert len(served(people, bot, agents=["wiki"])) == 1
+    assert len(served(people, bot, agents=["wiki", "tickets"])) == 1
 
 
-def test_naming_the_source_never_widens_the_access_rules(acme):
-    ingest_doc(acme.wiki, "accounts")  # sales only; the agent is engineering
-    assert served(acme.agent, agents=["wiki"]) == []
-    assert len(served(acme.outsider)) == 1
+def test_naming_the_source_never_widens_the_access_rules(people):
+    ingest_doc(people.wiki, "accounts")  # sales and leads only; the agent is engineering
+    assert served(people, people.triage_bot, agents=["wiki"]) == []
+    assert len(served(people, people.carol)) == 1
 
 
-def test_an_agent_naming_one_source_does_not_see_another(acme):
-    ingest_doc(acme.wiki, "runbooks", resource_id="wiki-failover.md")
-    ingest_doc(acme.tickets, "runbooks", resource_id="ticket-123")
-    seen = memory_search(caller=acme.agent, query=QUERY, agents=["tickets"])["fragments"]
-    assert [f["agents"] for f in seen] == [["tickets"]]
-    assert [r["id"] for f in seen for r in f["resources"]] == ["ticket-123"]
+def test_an_agent_naming_one_source_does_not_see_another(people):
+    ingest_doc(people.wiki, "runbooks", resource_id="wiki-failover.md")
+    ingest_doc(people.tickets, "runbooks", resource_id="ticket-123")
+    seen = search(people, people.triage_bot, QUERY, agents=["tickets"]).hits
+    assert [hit.provenance.agents for hit in seen] == [("tickets",)]
+    assert [hit.provenance.documents for hit in seen] == [(DocumentRef(id="ticket-123", title="", uri=""),)]

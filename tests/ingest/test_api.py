@@ -6,13 +6,13 @@ from __future__ import annotations
 import httpx2
 
 from memoryhub.models import Fragment, Resource
-from memoryhub.services import workspaces
+from memoryhub.services import agents
 from tests.ingest.conftest import client_credentials_token, doc
 
 HANDBOOK = "# Deploys\n\nShip on Tuesdays.\n\n# Rollbacks\n\nRevert the release tag and page the on-call."
 
 
-def test_a_connector_upserts_reads_and_deletes_a_document(wiki_api, live_acme):
+def test_a_connector_upserts_reads_and_deletes_a_document(wiki_api):
     created = wiki_api.upsert(doc("handbook/deploys.md", HANDBOOK))
     assert created.status_code == 201, created.text
     assert created.json() == {
@@ -58,8 +58,8 @@ def test_unknown_documents_are_not_found(wiki_api):
         assert response.json()["error"]["code"] == "not_found"
 
 
-def test_a_document_of_another_source_is_a_conflict(wiki_api, live_acme):
-    Resource.objects.create(tenant=live_acme.tenant, external_id="ticket-9", source=live_acme.tickets)
+def test_a_document_of_another_source_is_a_conflict(wiki_api, live_people):
+    Resource.objects.create(tenant=live_people.acme, external_id="ticket-9", source=live_people.tickets)
     response = wiki_api.upsert(doc("ticket-9"))
     assert response.status_code == 409
     assert response.json()["error"]["field"] == "resource_id"
@@ -86,8 +86,8 @@ def test_an_unknown_token_is_refused(wiki_api):
     assert Resource.objects.count() == 0
 
 
-def test_an_agents_mcp_token_does_not_open_the_ingestion_api(wiki_api, live_acme):
-    bot = workspaces.agent_register(tenant=live_acme.tenant, name="writer-bot", scopes=["memory.read", "memory.write"])
+def test_an_agents_mcp_token_does_not_open_the_ingestion_api(wiki_api, live_people):
+    bot = live_people.triage_bot
     token = client_credentials_token(wiki_api.base_url, bot.client_id, bot.client_secret).json()["access_token"]
     response = wiki_api.upsert(doc(), token=token)
     # Issued for the /mcp resource: not valid at this one.
@@ -107,17 +107,20 @@ def test_the_ingest_token_opens_no_mcp_endpoint(wiki_api):
         assert response.status_code == 401, (path, response.text)
 
 
-def test_a_revoked_source_is_locked_out(wiki_api, live_acme):
+def test_a_revoked_source_is_locked_out(wiki_api, live_people):
     assert wiki_api.upsert(doc("a.md")).status_code == 201
-    workspaces.agent_revoke(agent=live_acme.wiki.agent)
+    # No caller-first service revokes a connected source (agents.agent_revoke is for
+    # assistants only): end its credentials the way agent_revoke does.
+    agents.credentials_end(live_people.wiki.agent)
     assert wiki_api.upsert(doc("b.md")).status_code == 401
-    assert client_credentials_token(wiki_api.base_url, live_acme.wiki_client_id, live_acme.wiki_secret
+    credentials = live_people.wiki_credentials
+    assert client_credentials_token(wiki_api.base_url, credentials.client_id, credentials.client_secret
                                     ).status_code == 401
 
 
-def test_a_token_without_the_ingest_grant_is_forbidden(wiki_api, live_acme):
+def test_a_token_without_the_ingest_grant_is_forbidden(wiki_api, live_people):
     # The admin took the grant away after the token was issued.
-    agent = live_acme.wiki.agent
+    agent = live_people.wiki.agent
     agent.scopes = ""
     agent.save(update_fields=["scopes"])
     response = wiki_api.upsert(doc())

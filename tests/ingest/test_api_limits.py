@@ -62,18 +62,63 @@ def test_a_text_at_the_bound_in_four_byte_characters_fits_the_body(wiki_api):
     assert wiki_api.post_raw(body).status_code == 201
 
 
+def of_length(field: str, length: int) -> str:
+    """A value of `field` exactly `length` characters long (a URI stays an https URL)."""
+    prefix = "https://wiki.example.com/" if field == "uri" else ""
+    return prefix + "r" * (length - len(prefix))
+
+
 @pytest.mark.parametrize(("field", "limit"), [
     ("resource_id", ingest.RESOURCE_ID_MAX_CHARS),
     ("title", ingest.TITLE_MAX_CHARS),
     ("uri", ingest.URI_MAX_CHARS),
 ])
 def test_field_lengths_at_the_bound_and_one_past(wiki_api, field, limit):
-    over = doc(**{field: "r" * (limit + 1)})
+    over = doc(**{field: of_length(field, limit + 1)})
     error = refused(wiki_api.upsert(over), field)
     assert str(limit) in error["message"]
     assert nothing_written()
-    at = doc(**{field: "r" * limit})
+    at = doc(**{field: of_length(field, limit)})
     assert wiki_api.upsert(at).status_code == 201
+
+
+@pytest.mark.parametrize("uri", [
+    "https://wiki.example.com/handbook/oncall",
+    "http://intranet.example.com/oncall?page=2#rotation",
+    "HTTPS://WIKI.EXAMPLE.COM/UPPER",
+    "",
+])
+def test_a_document_uri_may_be_an_absolute_http_url_or_empty(wiki_api, uri):
+    response = wiki_api.upsert(doc("linked.md", uri=uri))
+    assert response.status_code == 201, response.text
+    assert wiki_api.get("linked.md").json()["uri"] == uri
+    assert Resource.objects.get(external_id="linked.md").uri == uri
+
+
+@pytest.mark.parametrize("uri", [
+    "javascript:alert(document.cookie)",
+    "JavaScript:alert(1)",
+    "data:text/html,<script>alert(1)</script>",
+    "file:///etc/passwd",
+    "handbook/oncall.md",
+    "/handbook/oncall.md",
+    "//evil.example.com/handbook",
+    "https:///no-host",
+    "ftp://files.example.com/handbook.md",
+    "mailto:oncall@example.com",
+])
+def test_any_other_document_uri_is_refused_and_nothing_is_written(wiki_api, uri):
+    error = refused(wiki_api.upsert(doc("linked.md", uri=uri)), "uri")
+    assert error["code"] == "invalid_argument"
+    assert error["message"] == "uri must be an absolute http:// or https:// URL."
+    assert nothing_written()
+
+
+def test_a_changed_uri_is_checked_as_well_and_the_stored_one_kept(wiki_api):
+    assert wiki_api.upsert(doc("linked.md")).status_code == 201
+    stored = wiki_api.get("linked.md").json()
+    refused(wiki_api.upsert(doc("linked.md", uri="javascript:alert(1)")), "uri")
+    assert wiki_api.get("linked.md").json() == stored
 
 
 def test_an_unknown_collection_is_refused(wiki_api):
@@ -142,9 +187,9 @@ def test_a_body_over_the_limit_is_refused_before_parsing(wiki_api):
     assert nothing_written()
 
 
-def test_a_document_is_all_or_nothing(acme, monkeypatch):
+def test_a_document_is_all_or_nothing(people, monkeypatch):
     document = ingest.document_validated(resource_id="a.md", text="# One\n\nFirst.\n\n# Two\n\nSecond.")
-    ingest.document_upsert(source=acme.wiki, document=document)
+    ingest.document_upsert(source=people.wiki, document=document)
     before = set(Fragment.objects.filter(retired_at__isnull=True).values_list("pk", flat=True))
 
     def fail(**kwargs):  # type: ignore[no-untyped-def]
@@ -154,7 +199,7 @@ def test_a_document_is_all_or_nothing(acme, monkeypatch):
     monkeypatch.setattr(ingest, "embedding_enqueue", fail)
     changed = ingest.document_validated(resource_id="a.md", text="# One\n\nFirst, changed.\n\n# Three\n\nThird.")
     with pytest.raises(InvalidArgument):
-        ingest.document_upsert(source=acme.wiki, document=changed)
+        ingest.document_upsert(source=people.wiki, document=changed)
     assert set(Fragment.objects.filter(retired_at__isnull=True).values_list("pk", flat=True)) == before
     assert Fragment.objects.count() == 2
     assert Resource.objects.get(external_id="a.md").content_hash == document.content_hash

@@ -7,8 +7,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contract.limits import FRAGMENT_VALUE_MAX_BYTES
 from memoryhub.services.ingest import CHUNK_MAX_CHARS, chunk_text
-from memoryhub.services.limits import FRAGMENT_VALUE_MAX_BYTES
 
 
 def _words(text: str) -> list[str]:

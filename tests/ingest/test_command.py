@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from memoryhub.models import Fragment, Resource
-from memoryhub.services import ingest
+from memoryhub.services import agents, ingest
 
 MTIME = dt.datetime(2026, 2, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -35,7 +35,8 @@ def folder(tmp_path) -> Path:
     root = tmp_path / "wiki"
     write(root, "oncall.md", "# On-call handbook\n\nThe rotation changes every Monday at 10:00.")
     write(root, "teams/billing.markdown",
-          "---\ntitle: Billing team\ncreated_at: 2025-11-03T08:00:00Z\ncollection: incidents\n---\n"
+          "---\ntitle: Billing team\nuri: https://wiki.example.com/teams/billing\n"
+          "created_at: 2025-11-03T08:00:00Z\ncollection: incidents\n---\n"
           "Billing owns invoices and the payment processor integration.")
     write(root, "notes/standup.txt", "Standup is at 09:30 in the small room.")
     for i in range(5):
@@ -49,24 +50,26 @@ def state() -> set[tuple]:
     return set(Fragment.objects.values_list("pk", "value", "retired_at", "collection__name", "created_at"))
 
 
-def test_a_folder_becomes_documents_with_their_metadata(acme, folder):
+def test_a_folder_becomes_documents_with_their_metadata(people, folder):
     out, err = run(str(folder), "--no-progress")
     assert "8 documents: 8 created, 0 updated, 0 unchanged, 0 deleted, 0 failed; 8 fragments added" in out
     assert set(Resource.objects.values_list("external_id", flat=True)) == {
         "oncall.md", "teams/billing.markdown", "notes/standup.txt", *(f"runbooks/service-{i}.md" for i in range(5)),
     }
     oncall = Resource.objects.get(external_id="oncall.md")
-    assert (oncall.title, oncall.created_at, oncall.source) == ("On-call handbook", MTIME, acme.wiki)
-    assert oncall.uri == (folder / "oncall.md").resolve().as_uri()
+    assert (oncall.title, oncall.created_at, oncall.source) == ("On-call handbook", MTIME, people.wiki)
+    # A file of this machine is no link for readers: without a front matter uri a document has none.
+    assert oncall.uri == ""
     billing = Resource.objects.get(external_id="teams/billing.markdown")
     assert (billing.title, billing.created_at) == ("Billing team", dt.datetime(2025, 11, 3, 8, tzinfo=dt.UTC))
+    assert billing.uri == "https://wiki.example.com/teams/billing"
     fragment = Fragment.objects.get(resources=billing)
     assert fragment.collection.name == "incidents"
     assert fragment.value == "Billing owns invoices and the payment processor integration."
     assert Resource.objects.get(external_id="notes/standup.txt").title == "standup"
 
 
-def test_running_it_again_changes_nothing(acme, folder):
+def test_running_it_again_changes_nothing(people, folder):
     run(str(folder), "--no-progress")
     before = state()
     out, _ = run(str(folder), "--no-progress")
@@ -78,7 +81,7 @@ def test_running_it_again_changes_nothing(acme, folder):
     assert "1 updated, 7 unchanged" in out and "1 fragments added, 1 retired" in out
 
 
-def test_an_interrupted_run_resumes_where_it_stopped(acme, folder, monkeypatch):
+def test_an_interrupted_run_resumes_where_it_stopped(people, folder, monkeypatch):
     real_upsert = ingest.document_upsert
     calls = []
 
@@ -99,7 +102,7 @@ def test_an_interrupted_run_resumes_where_it_stopped(acme, folder, monkeypatch):
     assert Resource.objects.count() == 8 and Fragment.objects.filter(retired_at__isnull=True).count() == 8
 
 
-def test_delete_missing_retires_documents_whose_file_is_gone(acme, folder):
+def test_delete_missing_retires_documents_whose_file_is_gone(people, folder):
     run(str(folder), "--no-progress")
     (folder / "notes/standup.txt").unlink()
     out, _ = run(str(folder), "--no-progress", "--delete-missing")
@@ -107,18 +110,30 @@ def test_delete_missing_retires_documents_whose_file_is_gone(acme, folder):
     assert Resource.objects.get(external_id="notes/standup.txt").deleted_at is not None
 
 
-def test_it_shows_a_progress_bar(acme, folder):
+def test_a_front_matter_link_that_is_not_http_is_refused_and_the_rest_goes_on(people, folder):
+    write(folder, "unsafe.md", "---\nuri: javascript:alert(1)\n---\nA page with a dangerous link.")
+    write(folder, "local.md", "---\nurl: file:///srv/wiki/local.md\n---\nA page that links a local file.")
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="2 documents were refused"):
+        call_command("ingest", "acme", "wiki", str(folder), "--no-progress", stdout=out, stderr=err)
+    assert "10 documents: 8 created, 0 updated, 0 unchanged, 0 deleted, 2 failed" in out.getvalue()
+    for name in ("unsafe.md", "local.md"):
+        assert f"{name}: uri must be an absolute http:// or https:// URL." in err.getvalue()
+    assert not Resource.objects.filter(external_id__in=["unsafe.md", "local.md"]).exists()
+
+
+def test_it_shows_a_progress_bar(people, folder):
     _, err = run(str(folder))
     assert "8/8" in err and "doc" in err
 
 
-def test_embed_here_leaves_nothing_pending(acme, folder):
+def test_embed_here_leaves_nothing_pending(people, folder):
     out, _ = run(str(folder), "--no-progress", "--embed-here")
     assert "Every fragment is embedded." in out
-    assert ingest.source_progress(source=acme.wiki)["pending_embedding"] == 0
+    assert ingest.source_progress(source=people.wiki)["pending_embedding"] == 0
 
 
-def test_a_json_lines_export_with_deletions_and_bad_lines(acme, tmp_path):
+def test_a_json_lines_export_with_deletions_and_bad_lines(people, tmp_path):
     export = tmp_path / "export.jsonl"
     lines = [
         {"resource_id": "T-1", "title": "Outage", "created_at": "2026-01-02T03:04:05Z", "collection": "incidents",
@@ -156,10 +171,30 @@ def test_a_json_lines_export_with_deletions_and_bad_lines(acme, tmp_path):
     assert Resource.objects.get(external_id="T-1").deleted_at is not None
 
 
-def test_unknown_workspace_source_or_path_is_a_clear_error(acme, tmp_path):
+def test_unknown_workspace_source_or_path_is_a_clear_error(people, tmp_path):
     with pytest.raises(CommandError, match="No connected source named 'nope'"):
         call_command("ingest", "acme", "nope", str(tmp_path), "--no-progress")
+    # Another workspace's source is not one of this workspace's.
+    with pytest.raises(CommandError, match="No connected source named 'globex-wiki'"):
+        call_command("ingest", "acme", "globex-wiki", str(tmp_path), "--no-progress")
     with pytest.raises(CommandError, match="No workspace named"):
         call_command("ingest", "nowhere", "wiki", str(tmp_path), "--no-progress")
     with pytest.raises(CommandError, match="neither a folder nor a .jsonl"):
         call_command("ingest", "acme", "wiki", str(tmp_path / "missing.csv"), "--no-progress")
+
+
+def test_it_acts_as_the_admin_it_names(people, folder):
+    out = io.StringIO()
+    call_command("ingest", "acme", "wiki", str(folder), "--no-progress", "--as", "ada", stdout=out)
+    assert "8 documents: 8 created" in out.getvalue()
+    for acting_as, message in (("bruno", "Only a workspace admin can do this."),
+                               ("olga", "No person named 'olga' in this workspace.")):
+        with pytest.raises(CommandError, match=message):
+            call_command("ingest", "acme", "wiki", str(folder), "--no-progress", "--as", acting_as)
+
+
+def test_a_revoked_source_cannot_be_fed(people, folder):
+    agents.credentials_end(people.wiki.agent)
+    with pytest.raises(CommandError, match="The source 'wiki' has been revoked."):
+        call_command("ingest", "acme", "wiki", str(folder), "--no-progress")
+    assert not Resource.objects.exists()

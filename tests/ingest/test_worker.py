@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 
 from memoryhub.models import Fragment
-from memoryhub.services.search import memory_search
-from tests.ingest.conftest import doc, wait_for
+from tests.conftest import poll
+from tests.ingest.conftest import doc, search, values
 
 pytestmark = pytest.mark.slow
 
@@ -56,22 +56,21 @@ def section(i: int) -> str:
     ))
 
 
-def test_the_worker_embeds_what_the_api_ingested(wiki_api, live_acme, start_worker):
+def test_the_worker_embeds_what_the_api_ingested(wiki_api, live_people, start_worker):
     query = "How do I recover when the payment processor is unavailable?"
     text = "If Stripe goes down, switch checkout to the backup acquirer and tell finance."
     assert wiki_api.upsert(doc("payments.md", text)).status_code == 201
     # Tier 1: found by full-text search at once; but nothing in the query's words matches yet.
-    assert memory_search(caller=live_acme.owner, query="Stripe backup acquirer")["fragments"]
-    assert memory_search(caller=live_acme.owner, query=query)["fragments"] == []
+    assert values(search(live_people, live_people.bruno, "Stripe backup acquirer")) == [text]
+    assert values(search(live_people, live_people.bruno, query)) == []
 
     start_worker("w1")
-    wait_for(lambda: wiki_api.progress().json()["pending_embedding"] == 0, message="the worker to embed")
-    found = memory_search(caller=live_acme.owner, query=query)["fragments"]
-    assert [f["value"] for f in found] == [text]
+    poll(lambda: wiki_api.progress().json()["pending_embedding"] == 0, timeout=240, what="the worker to embed")
+    assert values(search(live_people, live_people.bruno, query)) == [text]
 
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_repeats_nothing(
-    wiki_api, live_acme, start_worker, embedding_log
+    wiki_api, start_worker, embedding_log
 ):
     # Everything is committed (one task queued) before any worker runs.
     for n in range(8):
@@ -93,7 +92,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_repeats_nothing(
         return claiming and 0 < total - pending() < total
 
     first = start_worker("w1", visibility_timeout=5)
-    wait_for(mid_batch, message="the first worker to be in the middle of a batch")
+    poll(mid_batch, timeout=240, what="the first worker to be in the middle of a batch")
     first.kill()
     assert first.process.returncode == -9
     left = pending()
@@ -102,7 +101,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_repeats_nothing(
 
     # Nothing else will enqueue: only the broker redelivering the killed task can finish the job.
     second = start_worker("w2", visibility_timeout=5)
-    wait_for(lambda: pending() == 0, timeout=300, message="the second worker to embed the rest")
+    poll(lambda: pending() == 0, timeout=300, what="the second worker to embed the rest")
 
     writes = embedding_log()
     assert len(writes) == total

@@ -15,13 +15,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from contract.limits import FRAGMENT_VALUE_MAX_BYTES, RESULT_MAX_BYTES
+from mcpapi.budget import clip_utf8, tool_result_size
 from mcpapi.client import MEMORY_SCOPES, MemoryServiceError, Principal
 
 TOKEN_PREFIX = "fake."
 SLOW_QUERY = "__slow__"
 FAILING_QUERY = "__explode__"
 MALFORMED_QUERY = "__malformed__"
+# Values over 4 KiB, more than 128 KiB in all: the service clips and fits them.
 HUGE_QUERY = "__huge__"
+# The same from a service that did not fit them to the result budget: mcpapi refuses it.
+OVERSIZE_QUERY = "__oversize__"
 
 
 def mint_token(
@@ -93,11 +98,30 @@ def _owner(principal: Principal) -> tuple[str, str, str]:
     return (principal.tenant, principal.kind, principal.subject)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+def _iso(instant: datetime) -> str:
+    """An instant as the memory service renders one (memoryhub.mcp_adapter.render.iso)."""
+    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _fitted(answer: dict[str, Any], stored: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the memory service does before it records a read: every value clipped to 4 KiB,
+    then trailing fragments dropped until the whole tool result fits 128 KiB."""
+    fragments = [_shown(fragment) for fragment in stored]
+    while fragments and tool_result_size({**answer, "fragments": fragments}) > RESULT_MAX_BYTES:
+        fragments.pop()
+    return {**answer, "fragments": fragments, "truncated": len(fragments) < len(stored)}
+
+
+def _shown(fragment: dict[str, Any]) -> dict[str, Any]:
+    value = clip_utf8(fragment["value"], FRAGMENT_VALUE_MAX_BYTES)
+    shown = {key: item for key, item in fragment.items() if key != "owner"}
+    return {**shown, "value": value, "value_truncated": value != fragment["value"]}
 
 
 class FakeMemoryClient:
+    """Answers as memoryhub's in-process client does (memoryhub.mcp_adapter.render): the same
+    keys, a search already fitted to the result budget, its receipt listing what it served."""
+
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
@@ -112,37 +136,40 @@ class FakeMemoryClient:
             raise RuntimeError("secret internals that must not reach the wire")
         if query == MALFORMED_QUERY:
             return {"fragments": "not a list"}
-        if query == HUGE_QUERY:
-            fragments = [
-                self._fragment(f"huge-{i}", "x" * 6000)
-                for i in range(arguments["limit"])
-            ]
+        if query in (HUGE_QUERY, OVERSIZE_QUERY):
+            size = FRAGMENT_VALUE_MAX_BYTES if query == OVERSIZE_QUERY else 6000
+            matches = [self._fragment(f"huge-{i}", "x" * size) for i in range(arguments["limit"])]
         else:
-            fragments = [
+            matches = [
                 fragment
                 for fragment in self.store.fragments
                 if fragment["owner"] == _owner(principal)
                 and query.lower() in fragment["value"].lower()
             ][: arguments["limit"]]
-        receipt_id = f"rcpt-{uuid.uuid4().hex[:12]}"
-        served = [f["id"] for f in fragments]
+        receipt_id = f"rcpt_{uuid.uuid4().hex[:24]}"
         as_of = arguments.get("as_of") or datetime.now(UTC)
+        answer = {
+            "fragments": [],
+            "receipt_id": receipt_id,
+            "as_of": _iso(as_of),
+            "abstained": False,
+            "abstain_reason": None,
+            "truncated": False,
+            "notice": None if matches else "Nothing in the memory visible to you matched this query.",
+        }
+        if query == OVERSIZE_QUERY:
+            # A memory service that forgot the budget: clipped values, every fragment kept.
+            answer = {**answer, "fragments": [_shown(fragment) for fragment in matches]}
+        else:
+            answer = _fitted(answer, matches)
         self.store.receipts[receipt_id] = {
             "owner": _owner(principal),
             "query": query,
-            "served": served,
-            "as_of": as_of,
+            "served": [fragment["id"] for fragment in answer["fragments"]],
+            "as_of": answer["as_of"],
+            "as_of_explicit": arguments.get("as_of") is not None,
         }
-        return {
-            "fragments": [
-                {k: v for k, v in f.items() if k != "owner"} for f in fragments
-            ],
-            "receipt_id": receipt_id,
-            "as_of": as_of,
-            "abstained": False,
-            "truncated": False,
-            "notice": None if fragments else "Nothing matched.",
-        }
+        return answer
 
     def _fragment(
         self, fragment_id: str, value: str, owner: tuple[str, str, str] | None = None
@@ -152,7 +179,7 @@ class FakeMemoryClient:
             "value": value,
             "confidence": 0.9,
             "grounding_status": "grounded",
-            "created_at": _now(),
+            "created_at": _iso(datetime.now(UTC)),
             "agents": [],
             "resources": [],
             "score": 1.0,
@@ -167,33 +194,35 @@ class FakeMemoryClient:
         if "password=" in content:
             return {
                 "outcome": "Dropped 1 (privacy_drop).",
-                "results": [
-                    {
-                        "operation": "dropped",
-                        "fragment_id": None,
-                        "superseded_fragment_id": None,
-                        "reason": "privacy_drop",
-                        "explanation": "The content carries a password.",
-                    }
-                ],
+                "results": [_write_result("dropped", reason="privacy_drop",
+                                          explanation="The content carries a password.")],
+                "review_state": None,
                 "dropped": 1,
                 "drop_reasons": ["privacy_drop"],
             }
-        fragment_id = f"frag-{uuid.uuid4().hex[:12]}"
         if principal.kind == "agent":
+            proposal_id = str(uuid.uuid4())
             return {
-                "outcome": "Parked for review: a person approves it before it becomes memory.",
-                "results": [{"operation": "proposed", "fragment_id": None}],
+                "outcome": (
+                    f"Parked as proposal {proposal_id} for a workspace admin's review; nothing becomes memory "
+                    "until a person approves it."
+                ),
+                "results": [_write_result("proposed")],
                 "review_state": "pending",
                 "dropped": 0,
+                "drop_reasons": [],
+                "proposal_id": proposal_id,
             }
+        fragment_id = str(uuid.uuid4())
         self.store.fragments.append(
             self._fragment(fragment_id, content, _owner(principal))
         )
         return {
             "outcome": "Stored 1 new fact.",
-            "results": [{"operation": "stored", "fragment_id": fragment_id}],
+            "results": [_write_result("stored", fragment_id=fragment_id)],
+            "review_state": None,
             "dropped": 0,
+            "drop_reasons": [],
         }
 
     async def receipt(self, principal: Principal, receipt_id: str) -> dict[str, Any]:
@@ -204,22 +233,37 @@ class FakeMemoryClient:
                 "not_found",
                 "No receipt with this id is yours to replay; you can reopen only receipts of your own reads.",
             )
+        explicit = receipt["as_of_explicit"]
         return {
             "receipt_id": receipt_id,
             "query": receipt["query"],
             "as_of": receipt["as_of"],
             "agents": [],
             "roles": ["member"],
-            "reader": principal.subject,
+            "reader": principal.subject.split(":", 1)[-1],
             "served_then": receipt["served"],
             "served_now": receipt["served"],
             "missing_now": [],
             "extra_now": [],
             "replayed": True,
+            "replayed_as_of": receipt["as_of"] if explicit else _iso(datetime.now(UTC)),
+            "note": None if explicit else "The original read had no as_of; it was replayed as of now.",
         }
 
     async def probe(self, principal: Principal) -> str:
         return "ready"
+
+
+def _write_result(
+    operation: str, *, fragment_id: str | None = None, reason: str | None = None, explanation: str | None = None
+) -> dict[str, Any]:
+    return {
+        "operation": operation,
+        "fragment_id": fragment_id,
+        "superseded_fragment_id": None,
+        "reason": reason,
+        "explanation": explanation,
+    }
 
 
 async def not_found_app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-import uvicorn
-
 from mcpapi.auth import resource_url
 from mcpapi.client import MEMORY_SCOPES, TokenVerifier
 from mcpapi.connection import FULL_ENDPOINT, Endpoint
 from mcpapi.gateway import GatewaySettings, build_app
+from tests.support.proxy import bind_localhost, serve_in_thread
 
 from .fakes import FakeVerifier, MemoryStore, mint_token, not_found_app, token_claims
 
@@ -77,10 +73,7 @@ class RunningServer:
 @contextmanager
 def serving(*, verifier: TokenVerifier | None = None, **overrides: Any) -> Iterator[RunningServer]:
     """`overrides` are GatewaySettings fields; `verifier` replaces the fake one."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock, base_url = bind_localhost()
     settings = replace(
         GatewaySettings(
             base_url=base_url,
@@ -97,23 +90,5 @@ def serving(*, verifier: TokenVerifier | None = None, **overrides: Any) -> Itera
         fallback=not_found_app,
         settings=settings,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, lifespan="on", log_level="warning", timeout_graceful_shutdown=2
-        )
-    )
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, daemon=True
-    )
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
+    with serve_in_thread(app, sock, thread_name="fake-gateway"):
         yield RunningServer(base_url=base_url, store=store, settings=settings)
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()

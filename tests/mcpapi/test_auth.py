@@ -174,7 +174,8 @@ def test_a_hidden_tool_is_unknown_rather_than_challenged(
 
 
 def test_identity_comes_from_the_token_only(deployment: McpDeployment) -> None:
-    token = deployment.token(subject="okta|00u1abc", tenant="c40d9736")
+    # An IdP-style subject in the characters a login name may hold (memoryhub.services.members).
+    token = deployment.token(subject="okta.00u1abc@idp", tenant="c40d9736")
     spoof = tool_result(
         call_tool(deployment.url(), token, "whoami", {"subject": "someone-else"})
     )
@@ -183,7 +184,7 @@ def test_identity_comes_from_the_token_only(deployment: McpDeployment) -> None:
         "structuredContent"
     ]
     assert (whoami["subject"], whoami["tenant"], whoami["principal_kind"]) == deployment.identity(token)
-    assert "okta|00u1abc" in whoami["subject"]
+    assert "okta.00u1abc@idp" in whoami["subject"]
     search = tool_result(
         call_tool(
             deployment.url(), token, "memory_search", {"query": "q", "user_id": "x"}

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from mcpapi.client import MEMORY_SCOPES, Principal
-from mcpapi.connection import FULL_ENDPOINT, Caller
+from mcpapi.connection import FULL_ENDPOINT, Connection
 from mcpapi.server import CallLimits
 from mcpapi.tools import ToolCall, run_handler
 
@@ -72,7 +72,7 @@ def _call() -> ToolCall:
         resource="r",
     )
     return ToolCall(
-        caller=Caller(principal=principal, endpoint=FULL_ENDPOINT),
+        caller=Connection(principal=principal, endpoint=FULL_ENDPOINT),
         client=FakeMemoryClient(MemoryStore()),
         arguments={},
         read_timeout=10,

@@ -32,7 +32,6 @@ def _offending(name: str, input_schema: dict[str, Any]) -> ToolSpec:
         input_schema=input_schema,
         output_schema=schemas.WHOAMI_OUTPUT,
         handler=tools.whoami,
-        required_scope=None,
         read_only=True,
     )
 
@@ -57,6 +56,13 @@ def test_startup_fails_when_a_tool_takes_an_identity(endpoint: str) -> None:
             endpoint=endpoint,
             tools=[*CATALOG, offending],
         )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_startup_fails_when_a_tool_has_no_entry_in_the_scope_table(endpoint: str) -> None:
+    unscoped = _offending("memory_export", {"type": "object", "properties": {"since": {"type": "string"}}})
+    with pytest.raises(ValueError, match="memory_export"):
+        build_server(client_factory=MemoryStore().factory, endpoint=endpoint, tools=[*CATALOG, unscoped])
 
 
 def test_the_check_works_on_any_sdk_tool() -> None:

@@ -22,6 +22,7 @@ from mcpapi.auth import resource_url
 from mcpapi.client import MEMORY_SCOPES, Principal, VerificationThrottled
 from mcpapi.connection import FULL_ENDPOINT
 from mcpapi.ratelimit import RateLimiter
+from tests.conftest import poll
 from tests.support.deployments import REAL_DEPLOYMENTS, RealDeployment
 
 from .fakes import mint_token
@@ -144,16 +145,17 @@ def other_process() -> Iterator[str]:
         env=env,
     )
     base_url = f"http://127.0.0.1:{port}"
+    def answering() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError("second gateway did not start")
+        try:
+            httpx2.get(base_url + "/health", timeout=1)
+        except httpx2.TransportError:
+            return False
+        return True
+
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx2.get(base_url + "/health", timeout=1)
-                break
-            except httpx2.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("second gateway did not start") from None
-                time.sleep(0.1)
+        poll(answering, timeout=20, interval=0.1, what="the second gateway to answer")
         yield base_url
     finally:
         process.terminate()

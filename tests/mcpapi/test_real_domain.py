@@ -14,37 +14,31 @@ import asyncio
 from typing import Any
 
 import pytest
+from oauth2_provider.models import Application
 
 from memoryhub.models import Proposal
-from tests.conftest import LiveServer
-from tests.edge.conftest import HANDBOOK_URI, Personas, agent_token, create_personas, handbook_document, person_token
+from tests.conftest import LiveServer, People
+from tests.edge.conftest import HANDBOOK, agent_token, handbook_document, person_token, public_client
 from tests.mcpapi.rpc_http import call_tool, tool_result
 from tests.support.mcp_client import call, connect
 
 pytestmark = [pytest.mark.slow]
 
 QUESTION = "When is the Frankfurt staging cluster rebuilt?"
-RUNBOOK = {"id": "runbook-7", "title": "Frankfurt staging runbook", "uri": HANDBOOK_URI}
-
-
 
 
 @pytest.fixture
-def personas(asgi_server: LiveServer, settings: Any) -> Personas:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    return create_personas()
-
-
-
-
+def notes_app(asgi_server: LiveServer, live_people: People) -> Application:
+    """The public MCP client people authorise, once the server has set the public origin."""
+    return public_client()
 
 
 def test_a_person_reads_fragments_with_their_documents(
-    asgi_server: LiveServer, personas: Personas, revision: str
+    asgi_server: LiveServer, live_people: People, notes_app: Application, revision: str
 ) -> None:
-    handbook_document(personas.bruno.tenant)
+    handbook_document(live_people)
     mcp_url = asgi_server.url + "/mcp"
-    token = person_token(personas, personas.bruno, resource=mcp_url)
+    token = person_token(notes_app, live_people.bruno, resource=mcp_url)
     noted = f"Frankfurt staging rebuilds page the on-call engineer first ({revision})."
 
     async def session() -> tuple[dict[str, Any], ...]:
@@ -62,27 +56,28 @@ def test_a_person_reads_fragments_with_their_documents(
     assert (me["subject"], me["principal_kind"], me["read_pool_ready"]) == ("user:bruno", "user", "ready")
     by_value = {fragment["value"]: fragment for fragment in found["fragments"]}
     runbook = next(fragment for value, fragment in by_value.items() if "deploys freeze" in value)
-    assert runbook["resources"] == [RUNBOOK]
+    assert runbook["resources"] == [HANDBOOK]
     assert runbook["grounding_status"] == "grounded"
-    assert runbook["agents"] == ["handbook-sync"]
+    assert runbook["agents"] == ["wiki"]
     assert [result["operation"] for result in written["results"]] == ["stored"], written
     mine = by_value[noted]
-    assert mine["resources"] == [{"id": "https://pager.example.com/p/42", "title": "", "uri": "https://pager.example.com/p/42"}]
+    # A document the writer named that no source has: only the name he gave, no title, no URI
+    # (memoryhub.services.provenance: exactly as for a document he may not read).
+    assert mine["resources"] == [{"id": "https://pager.example.com/p/42", "title": "", "uri": ""}]
     # The receipt replays exactly what was served, in order.
     assert receipt["served_then"] == [fragment["id"] for fragment in found["fragments"]]
     assert receipt["receipt_id"] == found["receipt_id"]
 
 
-def test_what_a_role_may_not_read_is_not_served(asgi_server: LiveServer, personas: Personas, revision: str) -> None:
-    """olga is in another workspace; a member of acme without the engineering role sees
-    neither the handbook nor bruno's private fragments."""
-    from memoryhub.services.workspaces import person_add
-
-    handbook_document(personas.bruno.tenant)
-    outsider = person_add(tenant=personas.bruno.tenant, username="carla", password="a long enough passphrase",
-                          roles=["sales"])
+def test_what_a_role_may_not_read_is_not_served(
+    asgi_server: LiveServer, live_people: People, notes_app: Application, revision: str
+) -> None:
+    """olga is in another workspace; carol, a member of acme without the engineering role,
+    sees neither the handbook nor bruno's private fragments."""
+    handbook_document(live_people)
     mcp_url = asgi_server.url + "/mcp"
-    tokens = {user.username: person_token(personas, user, resource=mcp_url) for user in (outsider, personas.olga)}
+    tokens = {user.username: person_token(notes_app, user, resource=mcp_url)
+              for user in (live_people.carol, live_people.olga)}
 
     async def searches() -> dict[str, dict[str, Any]]:
         served = {}
@@ -96,9 +91,9 @@ def test_what_a_role_may_not_read_is_not_served(asgi_server: LiveServer, persona
         assert found["receipt_id"], name
 
 
-def test_an_agents_write_waits_for_review(asgi_server: LiveServer, personas: Personas, revision: str) -> None:
+def test_an_agents_write_waits_for_review(asgi_server: LiveServer, live_people: People, revision: str) -> None:
     mcp_url = asgi_server.url + "/mcp"
-    token = agent_token(personas, resource=mcp_url)
+    token = agent_token(live_people, resource=mcp_url)
     content = f"Deploy freezes start an hour before the Frankfurt rebuild ({revision})."
 
     async def session() -> tuple[list[str], dict[str, Any], dict[str, Any]]:
@@ -126,7 +121,7 @@ def short_deadlines(settings: Any) -> None:
 
 
 def test_a_search_held_up_in_the_database_fails_at_its_deadline(
-    short_deadlines: None, asgi_server: LiveServer, personas: Personas
+    short_deadlines: None, asgi_server: LiveServer, live_people: People, notes_app: Application
 ) -> None:
     """The injected slow query: another transaction holds the fragment table locked, so the
     search's index query waits. The deadline's statement_timeout cancels it and the caller
@@ -137,7 +132,7 @@ def test_a_search_held_up_in_the_database_fails_at_its_deadline(
     from memoryhub.models import Receipt
 
     mcp_url = asgi_server.url + "/mcp"
-    token = person_token(personas, personas.bruno, resource=mcp_url)
+    token = person_token(notes_app, live_people.bruno, resource=mcp_url)
     # The server runs in this process: load its embedder now, which is not what this test times out.
     get_embedder().embed(["warm up"])
     first = tool_result(call_tool(mcp_url, token, "memory_search", {"query": QUESTION}))

@@ -13,6 +13,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 
+
 class Callback:
     """The client's loopback redirect endpoint (RFC 8252): records what comes back."""
 
@@ -66,8 +67,9 @@ def in_browser(steps):
         return pool.submit(run).result(timeout=120)
 
 
-def sign_in(page, username: str, password: str) -> None:
-    """Fill and send the sign-in form the page is on."""
+def sign_in(page, workspace: str, username: str, password: str) -> None:
+    """Fill and send the sign-in form the page is on: workspace, login name, password."""
+    page.fill("#id_workspace", workspace)
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     page.click("button[type=submit]")

@@ -1,8 +1,9 @@
-"""Personas and OAuth helpers for the authorisation-server tests.
+"""OAuth helpers for the authorisation-server tests.
 
-Personas: in workspace "acme", ada (admin) and bruno (member); in "globex",
-olga (admin); nomad, a person in no workspace. Clients: a public MCP client
-people authorise, and agents registered by ada.
+The personas are the root set (tests/conftest.py): in workspace "acme", ada
+(admin) and bruno (member); in "globex", olga (admin); nomad, a person in no
+workspace; triage-bot, the agent ada registered (`people.triage_bot`). Clients:
+a public MCP client people authorise (`mcp_client`), and the agents.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
-import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -21,9 +20,9 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, set_token_value
 
 from memoryhub.models import User
-from memoryhub.services.workspaces import agent_register, person_add, workspace_create
+from memoryhub.oauth.tokens import token_checksum
+from tests.conftest import signed_in
 
-PASSWORD = "a long enough passphrase"
 REDIRECT_URI = "http://127.0.0.1:8765/callback"
 TEST_ORIGIN = "http://testserver"
 
@@ -36,31 +35,9 @@ def set_public_origin(settings, origin: str) -> None:
 
 @pytest.fixture(autouse=True)
 def oauth_settings(settings):
+    # Fast hashing and fresh throttle counters come from the root conftest (fast_people).
     set_public_origin(settings, TEST_ORIGIN)
-    # Each test starts with fresh throttle counters in the shared Redis.
-    settings.RATELIMIT_CACHE_PREFIX = f"rl-test-{uuid.uuid4().hex}:"
-    # Argon2 is the product's hasher; tests only need a fast one.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     return settings
-
-
-@dataclass
-class People:
-    ada: User
-    bruno: User
-    olga: User
-    nomad: User
-
-
-@pytest.fixture
-def people(db) -> People:
-    acme = workspace_create(slug="acme", name="Acme Inc.")
-    globex = workspace_create(slug="globex", name="Globex")
-    ada = person_add(tenant=acme, username="ada", password=PASSWORD, roles=["engineering"], is_admin=True)
-    bruno = person_add(tenant=acme, username="bruno", password=PASSWORD, roles=["engineering"])
-    olga = person_add(tenant=globex, username="olga", password=PASSWORD, is_admin=True)
-    nomad = User.objects.create_user(username="nomad", password=PASSWORD)
-    return People(ada=ada, bruno=bruno, olga=olga, nomad=nomad)
 
 
 @pytest.fixture
@@ -77,25 +54,10 @@ def mcp_client(db) -> Application:
     )
 
 
-@pytest.fixture
-def triage_bot(people):
-    """An agent ada registered: read and write, engineering role."""
-    return agent_register(
-        tenant=people.ada.tenant, name="triage-bot", scopes=["memory.read", "memory.write"],
-        roles=["engineering"], created_by=people.ada,
-    )
-
-
 def pkce_pair() -> tuple[str, str]:
     verifier = secrets.token_urlsafe(48)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
     return verifier, challenge
-
-
-def signed_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def authorize_params(application: Application, challenge: str, **overrides) -> dict:
@@ -170,7 +132,7 @@ def client_credentials(client_id: str, secret: str, **extra) -> dict:
 
 
 def stored_token(raw: str) -> AccessToken:
-    return AccessToken.objects.get(token_checksum=hashlib.sha256(raw.encode()).hexdigest())
+    return AccessToken.objects.get(token_checksum=token_checksum(raw))
 
 
 def make_token(*, application: Application, user: User | None, scope: str, resource: list[str],

@@ -8,7 +8,8 @@ from django.test import Client
 from oauth2_provider.models import Application
 
 from memoryhub.models import Agent
-from tests.oauth.conftest import client_credentials, signed_in
+from tests.conftest import signed_in
+from tests.oauth.conftest import client_credentials
 
 
 def _credentials(response) -> tuple[str, str]:
@@ -18,7 +19,7 @@ def _credentials(response) -> tuple[str, str]:
     return client_id, secret
 
 
-def test_an_admin_sees_the_page(people, triage_bot):
+def test_an_admin_sees_the_page(people):
     page = signed_in(people.ada).get("/workspace/agents/")
     assert page.status_code == 200
     text = page.content.decode()
@@ -56,37 +57,40 @@ def test_an_agent_cannot_be_granted_memory_audit(people):
     assert not Agent.objects.filter(name="auditor").exists()
 
 
-def test_a_taken_name_is_refused(people, triage_bot):
+def test_a_taken_name_is_refused(people):
     response = signed_in(people.ada).post("/workspace/agents/add/", {"name": "triage-bot", "scopes": ["memory.read"]})
     assert response.status_code == 400
     assert b"already exists" in response.content
 
 
-def test_rotating_shows_a_new_secret_and_ends_the_old_one(people, triage_bot):
+def test_rotating_shows_a_new_secret_and_ends_the_old_one(people):
+    bot = people.triage_bot
     response = signed_in(people.ada).post("/workspace/agents/triage-bot/rotate/")
     assert response.status_code == 200
     client_id, secret = _credentials(response)
-    assert client_id == triage_bot.client_id
-    assert client_credentials(client_id, triage_bot.client_secret)["error"] == "invalid_client"
+    assert client_id == bot.client_id
+    assert client_credentials(client_id, bot.client_secret)["error"] == "invalid_client"
     assert client_credentials(client_id, secret)["status"] == 200
 
 
-def test_revoking_ends_the_agent(people, triage_bot):
+def test_revoking_ends_the_agent(people):
+    bot = people.triage_bot
     response = signed_in(people.ada).post("/workspace/agents/triage-bot/revoke/", follow=True)
     assert b"is revoked" in response.content
     assert Agent.objects.get(name="triage-bot").revoked_at is not None
-    assert client_credentials(triage_bot.client_id, triage_bot.client_secret)["error"] == "invalid_client"
+    assert client_credentials(bot.client_id, bot.client_secret)["error"] == "invalid_client"
 
 
-def test_another_workspaces_admin_cannot_touch_the_agent(people, triage_bot):
+def test_another_workspaces_admin_cannot_touch_the_agent(people):
+    bot = people.triage_bot
     olga = signed_in(people.olga)
     assert olga.post("/workspace/agents/triage-bot/rotate/").status_code == 404
     assert olga.post("/workspace/agents/triage-bot/revoke/").status_code == 404
     assert "triage-bot" not in olga.get("/workspace/agents/").content.decode()
-    assert client_credentials(triage_bot.client_id, triage_bot.client_secret)["status"] == 200
+    assert client_credentials(bot.client_id, bot.client_secret)["status"] == 200
 
 
-def test_a_member_cannot_register_rotate_or_revoke(people, triage_bot):
+def test_a_member_cannot_register_rotate_or_revoke(people):
     bruno = signed_in(people.bruno)
     assert bruno.post("/workspace/agents/add/", {"name": "x", "scopes": ["memory.read"]}).status_code == 403
     assert bruno.post("/workspace/agents/triage-bot/rotate/").status_code == 403

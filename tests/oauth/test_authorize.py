@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.test import Client
 
+from tests.conftest import signed_in
 from tests.oauth.conftest import (
     REDIRECT_URI,
     TEST_ORIGIN,
@@ -13,7 +14,6 @@ from tests.oauth.conftest import (
     exchange_code,
     pkce_pair,
     redirect_query,
-    signed_in,
 )
 
 
@@ -144,10 +144,11 @@ def test_it_refuses_an_unknown_client_without_redirecting(people, mcp_client):
     assert "Location" not in response
 
 
-def test_agents_cannot_be_authorised_by_people(people, triage_bot):
+def test_agents_cannot_be_authorised_by_people(people):
+    bot = people.triage_bot
     _, challenge = pkce_pair()
     response = signed_in(people.bruno).get(
-        f"/o/authorize/?response_type=code&client_id={triage_bot.client_id}&code_challenge={challenge}"
+        f"/o/authorize/?response_type=code&client_id={bot.client_id}&code_challenge={challenge}"
         "&code_challenge_method=S256&scope=memory.read"
     )
     # An agent's client has no redirect URI to send an error to.

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from memoryhub.token_verifier import principal_for
-from tests.oauth.conftest import TEST_ORIGIN, authorization_code, exchange_code, refresh, signed_in
+from memoryhub.errors import PermissionDenied
+from memoryhub.oauth.tokens import token_verified
+from memoryhub.services.connected_apps import connected_app_disconnect, connected_apps_list
+from tests.conftest import signed_in
+from tests.oauth.conftest import TEST_ORIGIN, authorization_code, exchange_code, refresh
 
 
 def connect(user, application) -> dict:
@@ -48,7 +51,7 @@ def test_the_access_token_already_issued_runs_out_its_time(people, mcp_client):
     tokens = connect(people.bruno, mcp_client)
     signed_in(people.bruno).post(f"/account/apps/{mcp_client.pk}/disconnect/")
     # Exactly what the page promises: no sub-lifetime kill switch.
-    assert principal_for(tokens["access_token"], resource=f"{TEST_ORIGIN}/mcp") is not None
+    assert token_verified(tokens["access_token"], resource=f"{TEST_ORIGIN}/mcp") is not None
     page = signed_in(people.bruno).get("/account/apps/").content.decode()
     assert "Disconnected" in page
     assert ">Disconnect<" not in page
@@ -68,9 +71,30 @@ def test_disconnect_is_a_csrf_protected_post(people, mcp_client):
     assert client.post(f"/account/apps/{mcp_client.pk}/disconnect/").status_code == 403
 
 
-@pytest.mark.usefixtures("people")
 def test_a_registration_is_not_a_connection(people):
     client = signed_in(people.bruno)
     client.post("/o/register/", {"client_name": "Registered only", "redirect_uris": ["http://127.0.0.1:9/cb"]},
                 content_type="application/json")
     assert "Registered only" not in client.get("/account/apps/").content.decode()
+
+
+def test_the_service_lists_and_disconnects_for_the_person_asking_only(people, mcp_client):
+    """Caller-first: the person is the caller, never an argument."""
+    tokens = connect(people.bruno, mcp_client)
+    [app] = connected_apps_list(caller=people.caller(people.bruno))
+    assert (app.application, app.scopes, app.connected) == (mcp_client, ["memory.read", "memory.write"], True)
+    assert connected_apps_list(caller=people.caller(people.ada)) == []
+    # Someone else's disconnect ends nothing of bruno's.
+    assert connected_app_disconnect(caller=people.caller(people.ada), application_id=mcp_client.pk) is False
+    assert refresh(mcp_client, tokens["refresh_token"])["status"] == 200
+
+
+@pytest.mark.parametrize("who", ["agent", "system"])
+def test_connected_apps_are_a_persons_only(people, mcp_client, who):
+    connect(people.bruno, mcp_client)
+    caller = people.caller(people.triage_bot) if who == "agent" else people.system()
+    with pytest.raises(PermissionDenied):
+        connected_apps_list(caller=caller)
+    with pytest.raises(PermissionDenied):
+        connected_app_disconnect(caller=caller, application_id=mcp_client.pk)
+    assert [app.connected for app in connected_apps_list(caller=people.caller(people.bruno))] == [True]

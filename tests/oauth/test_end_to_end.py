@@ -12,9 +12,10 @@ from authlib.integrations.requests_client import OAuth2Session
 from authlib.integrations.requests_client import OAuthError as AuthlibError
 from django.utils import timezone
 
-from memoryhub.token_verifier import DatabaseTokenVerifier
+from memoryhub.mcp_adapter.verifier import DatabaseTokenVerifier
+from tests.conftest import PASSWORD
 from tests.oauth.browser import Callback, in_browser, sign_in
-from tests.oauth.conftest import PASSWORD, authorize_url, pkce_pair, set_public_origin, stored_token
+from tests.oauth.conftest import authorize_url, pkce_pair, set_public_origin, stored_token
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -37,7 +38,7 @@ def discover(base: str) -> dict:
     return {**meta, "resource": resource_meta["resource"]}
 
 
-def test_a_person_connects_a_client_refreshes_and_disconnects_it(server, people):
+def test_a_person_connects_a_client_refreshes_and_disconnects_it(server, live_people):
     base = server.url
     meta = discover(base)
 
@@ -57,7 +58,7 @@ def test_a_person_connects_a_client_refreshes_and_disconnects_it(server, people)
 
         def sign_in_and_allow(page):
             page.goto(authorize_url)
-            sign_in(page, "bruno", PASSWORD)
+            sign_in(page, "acme", "bruno", PASSWORD)
             page.wait_for_selector("#consent-title")
             consent_text = page.inner_text("main")
             page.click("button[name=allow]")
@@ -84,7 +85,8 @@ def test_a_person_connects_a_client_refreshes_and_disconnects_it(server, people)
 
     verify = async_to_sync(DatabaseTokenVerifier().verify)
     principal = verify(token["access_token"], resource=f"{base}/mcp")
-    assert (principal.subject, principal.kind, principal.tenant) == ("user:bruno", "user", str(people.bruno.tenant_id))
+    assert (principal.subject, principal.kind, principal.tenant) == (
+        "user:bruno", "user", str(live_people.bruno.tenant_id))
     assert verify(token["access_token"], resource=f"{base}/mcp/readonly") is None
 
     refreshed = oauth.refresh_token(meta["token_endpoint"], refresh_token=token["refresh_token"])
@@ -93,7 +95,7 @@ def test_a_person_connects_a_client_refreshes_and_disconnects_it(server, people)
 
     def disconnect(page):
         page.goto(f"{base}/accounts/login/?next=/account/apps/")
-        sign_in(page, "bruno", PASSWORD)
+        sign_in(page, "acme", "bruno", PASSWORD)
         page.wait_for_selector("text=Field notes")
         before = page.inner_text("main")
         page.click("button:has-text('Disconnect')")
@@ -109,9 +111,9 @@ def test_a_person_connects_a_client_refreshes_and_disconnects_it(server, people)
     assert refused.value.error == "invalid_grant"
 
 
-def test_an_agent_gets_an_hour_long_token_and_no_refresh_token(server, triage_bot):
+def test_an_agent_gets_an_hour_long_token_and_no_refresh_token(server, live_people):
     meta = discover(server.url)
-    oauth = OAuth2Session(triage_bot.client_id, triage_bot.client_secret,
+    oauth = OAuth2Session(live_people.triage_bot.client_id, live_people.triage_bot.client_secret,
                           token_endpoint_auth_method="client_secret_basic")
     token = oauth.fetch_token(meta["token_endpoint"], grant_type="client_credentials", resource=meta["resource"])
     assert token["expires_in"] == 3600
@@ -130,14 +132,14 @@ def test_pages_get_their_stylesheet(server):
     assert response.headers["Content-Type"].startswith("text/css")
 
 
-def test_the_consent_page_fits_a_phone(server, people, mcp_client):
+def test_the_consent_page_fits_a_phone(server, live_people, mcp_client):
     _, challenge = pkce_pair()
     url = server.url + authorize_url(mcp_client, challenge, resource=f"{server.url}/mcp")
 
     def look(page):
         page.set_viewport_size({"width": 360, "height": 740})
         page.goto(url)
-        sign_in(page, "bruno", PASSWORD)
+        sign_in(page, "acme", "bruno", PASSWORD)
         page.wait_for_selector("#consent-title")
         scroll_width = page.evaluate("document.documentElement.scrollWidth")
         allow = page.locator("button[name=allow]").bounding_box()
@@ -149,3 +151,21 @@ def test_the_consent_page_fits_a_phone(server, people, mcp_client):
     assert scroll_width <= 360
     assert allow["height"] >= 44
     assert colour == "rgb(31, 95, 191)"
+
+
+def test_signing_in_in_the_browser_needs_the_right_workspace(server, live_people):
+    def sign_in_twice(page):
+        page.goto(f"{server.url}/accounts/login/?next=/account/apps/")
+        sign_in(page, "globex", "bruno", PASSWORD)  # bruno's password, another workspace
+        page.wait_for_selector(".alert--error")
+        refused = (page.url, page.inner_text(".alert--error"))
+        sign_in(page, "acme", "bruno", PASSWORD)
+        page.wait_for_url(f"{server.url}/account/apps/")
+        page.goto(f"{server.url}/accounts/login/")
+        return refused, page.input_value("#id_workspace")
+
+    (url, message), remembered = in_browser(sign_in_twice)
+    assert url.startswith(f"{server.url}/accounts/login/")
+    assert message == "That workspace, username and password do not match. The password is case-sensitive."
+    # The browser remembers the workspace for the next sign-in.
+    assert remembered == "acme"

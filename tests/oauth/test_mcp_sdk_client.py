@@ -16,8 +16,9 @@ from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuth
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
+from tests.conftest import PASSWORD
 from tests.oauth.browser import Callback, in_browser, sign_in
-from tests.oauth.conftest import PASSWORD, set_public_origin
+from tests.oauth.conftest import set_public_origin
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -59,14 +60,14 @@ async def whoami(url: str, auth: httpx2.Auth) -> dict:
     return result.structured_content
 
 
-def test_a_person_connects_the_sdk_client_through_consent(base, people):
+def test_a_person_connects_the_sdk_client_through_consent(base, live_people):
     with Callback() as callback:
         consent_pages: list[str] = []
 
         async def redirect_handler(authorization_url: str) -> None:
             def sign_in_and_allow(page):
                 page.goto(authorization_url)
-                sign_in(page, "bruno", PASSWORD)
+                sign_in(page, "acme", "bruno", PASSWORD)
                 page.wait_for_selector("#consent-title")
                 consent_pages.append(page.inner_text("main"))
                 page.click("button[name=allow]")
@@ -90,7 +91,8 @@ def test_a_person_connects_the_sdk_client_through_consent(base, people):
         me = asyncio.run(whoami(f"{base}/mcp", provider))
 
     assert "SDK notes wants to use your memory" in consent_pages[0]
-    assert (me["subject"], me["principal_kind"], me["tenant"]) == ("user:bruno", "user", str(people.bruno.tenant_id))
+    assert (me["subject"], me["principal_kind"], me["tenant"]) == (
+        "user:bruno", "user", str(live_people.bruno.tenant_id))
     assert sorted(me["scopes"]) == ["memory.audit", "memory.read", "memory.write"]
     # The client registered itself as a public client and got a rotating refresh token.
     assert storage.client_info.token_endpoint_auth_method == "none"
@@ -98,10 +100,10 @@ def test_a_person_connects_the_sdk_client_through_consent(base, people):
     assert storage.tokens.expires_in == 900
 
 
-def test_an_agent_connects_with_the_sdk_client_credentials_provider(base, triage_bot):
+def test_an_agent_connects_with_the_sdk_client_credentials_provider(base, live_people):
     provider = ClientCredentialsOAuthProvider(
-        server_url=f"{base}/mcp", storage=MemoryStorage(), client_id=triage_bot.client_id,
-        client_secret=triage_bot.client_secret, issuer=base,
+        server_url=f"{base}/mcp", storage=MemoryStorage(), client_id=live_people.triage_bot.client_id,
+        client_secret=live_people.triage_bot.client_secret, issuer=base,
     )
     me = asyncio.run(whoami(f"{base}/mcp", provider))
     assert (me["subject"], me["principal_kind"]) == ("agent:triage-bot", "agent")

@@ -10,8 +10,9 @@ from django.test import Client
 from oauth2_provider.cimd import SafeMetadataFetcher
 from oauth2_provider.models import AccessToken, Application
 
-from memoryhub.oauth import ClientMetadataFetcher
-from tests.oauth.conftest import authorize_url, pkce_pair, signed_in
+from memoryhub.oauth.policy import ClientMetadataFetcher
+from tests.conftest import signed_in
+from tests.oauth.conftest import authorize_url, pkce_pair
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ from django.test import Client
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, RefreshToken
 
-from memoryhub.oauth import token_checksum
-from memoryhub.services.workspaces import agent_register, agent_revoke, agent_rotate_secret, source_connect
+from memoryhub.oauth.tokens import token_checksum
+from memoryhub.services.agents import agent_register, agent_revoke, agent_rotate_secret
 from tests.oauth.conftest import (
     TEST_ORIGIN,
     authorization_code,
@@ -117,8 +117,9 @@ def test_an_idle_refresh_chain_expires_after_30_days(people, mcp_client):
     assert refresh(mcp_client, first["refresh_token"])["error"] == "invalid_grant"
 
 
-def test_an_agent_token_lives_60_minutes_without_refresh(people, triage_bot):
-    body = client_credentials(triage_bot.client_id, triage_bot.client_secret, resource=f"{TEST_ORIGIN}/mcp")
+def test_an_agent_token_lives_60_minutes_without_refresh(people):
+    bot = people.triage_bot
+    body = client_credentials(bot.client_id, bot.client_secret, resource=f"{TEST_ORIGIN}/mcp")
     assert body["status"] == 200, body
     assert body["expires_in"] == 3600
     assert "refresh_token" not in body
@@ -130,13 +131,14 @@ def test_an_agent_token_lives_60_minutes_without_refresh(people, triage_bot):
     assert not RefreshToken.objects.exists()
 
 
-def test_an_agent_may_narrow_its_scopes(people, triage_bot):
-    body = client_credentials(triage_bot.client_id, triage_bot.client_secret, scope="memory.read")
+def test_an_agent_may_narrow_its_scopes(people):
+    bot = people.triage_bot
+    body = client_credentials(bot.client_id, bot.client_secret, scope="memory.read")
     assert body["scope"] == "memory.read"
 
 
 def test_an_agent_cannot_ask_beyond_its_grant(people):
-    reader = agent_register(tenant=people.ada.tenant, name="reader", scopes=["memory.read"])
+    reader = agent_register(caller=people.caller(people.ada), name="reader", scopes=["memory.read"])
     for scope in ("memory.write", "memory.audit", "memory.write memory.audit", "memory.read ingest",
                   "registration", "unknown"):
         body = client_credentials(reader.client_id, reader.client_secret, scope=scope)
@@ -145,47 +147,52 @@ def test_an_agent_cannot_ask_beyond_its_grant(people):
 
 def test_an_agent_asking_for_every_memory_scope_gets_its_grant(people):
     # What MCP clients do: ask for what the resource's challenge lists.
-    reader = agent_register(tenant=people.ada.tenant, name="reader", scopes=["memory.read"])
+    reader = agent_register(caller=people.caller(people.ada), name="reader", scopes=["memory.read"])
     body = client_credentials(reader.client_id, reader.client_secret, scope="memory.read memory.write memory.audit")
     assert (body["status"], body["scope"]) == (200, "memory.read")
     assert stored_token(body["access_token"]).scope == "memory.read"
 
 
-def test_an_agent_never_gets_memory_audit(people, triage_bot):
-    triage_bot.agent.scopes = "memory.audit memory.read"  # even if the row says so
-    triage_bot.agent.save()
-    body = client_credentials(triage_bot.client_id, triage_bot.client_secret, scope="memory.audit")
+def test_an_agent_never_gets_memory_audit(people):
+    bot = people.triage_bot
+    bot.agent.scopes = "memory.audit memory.read"  # even if the row says so
+    bot.agent.save()
+    body = client_credentials(bot.client_id, bot.client_secret, scope="memory.audit")
     assert body["error"] == "invalid_scope"
-    assert client_credentials(triage_bot.client_id, triage_bot.client_secret)["scope"] == "memory.read"
+    assert client_credentials(bot.client_id, bot.client_secret)["scope"] == "memory.read"
 
 
-def test_an_agent_token_for_another_resource_is_refused(people, triage_bot):
-    body = client_credentials(triage_bot.client_id, triage_bot.client_secret, resource="https://elsewhere.example/")
+def test_an_agent_token_for_another_resource_is_refused(people):
+    bot = people.triage_bot
+    body = client_credentials(bot.client_id, bot.client_secret, resource="https://elsewhere.example/")
     assert (body["status"], body["error"]) == (400, "invalid_target")
 
 
-def test_a_wrong_secret_is_refused(people, triage_bot):
-    body = client_credentials(triage_bot.client_id, "not-the-secret")
+def test_a_wrong_secret_is_refused(people):
+    bot = people.triage_bot
+    body = client_credentials(bot.client_id, "not-the-secret")
     assert (body["status"], body["error"]) == (401, "invalid_client")
 
 
-def test_a_revoked_agent_gets_nothing_and_loses_its_tokens(people, triage_bot):
-    issued = client_credentials(triage_bot.client_id, triage_bot.client_secret)
-    agent_revoke(agent=triage_bot.agent)
-    assert client_credentials(triage_bot.client_id, triage_bot.client_secret)["error"] == "invalid_client"
+def test_a_revoked_agent_gets_nothing_and_loses_its_tokens(people):
+    bot = people.triage_bot
+    issued = client_credentials(bot.client_id, bot.client_secret)
+    agent_revoke(caller=people.caller(people.ada), name="triage-bot")
+    assert client_credentials(bot.client_id, bot.client_secret)["error"] == "invalid_client"
     assert not AccessToken.objects.filter(token_checksum=token_checksum(issued["access_token"])).exists()
 
 
-def test_rotating_a_secret_ends_the_old_secret_and_its_tokens(people, triage_bot):
-    issued = client_credentials(triage_bot.client_id, triage_bot.client_secret)
-    rotated = agent_rotate_secret(agent=triage_bot.agent)
-    assert client_credentials(triage_bot.client_id, triage_bot.client_secret)["error"] == "invalid_client"
+def test_rotating_a_secret_ends_the_old_secret_and_its_tokens(people):
+    bot = people.triage_bot
+    issued = client_credentials(bot.client_id, bot.client_secret)
+    rotated = agent_rotate_secret(caller=people.caller(people.ada), name="triage-bot")
+    assert client_credentials(bot.client_id, bot.client_secret)["error"] == "invalid_client"
     assert not AccessToken.objects.filter(token_checksum=token_checksum(issued["access_token"])).exists()
     assert client_credentials(rotated.client_id, rotated.client_secret)["status"] == 200
 
 
 def test_a_source_gets_an_ingest_token_with_no_mcp_audience(people):
-    _, source = source_connect(tenant=people.ada.tenant, name="wiki")
+    source = people.wiki_credentials
     body = client_credentials(source.client_id, source.client_secret)
     assert body["status"] == 200, body
     assert body["scope"] == "ingest"

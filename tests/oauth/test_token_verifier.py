@@ -1,4 +1,4 @@
-"""memoryhub.token_verifier: what a token is worth at the MCP endpoint."""
+"""memoryhub.mcp_adapter.verifier (over memoryhub.oauth.tokens): what a token is worth at the MCP endpoint."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from oauth2_provider.models import Application
 
-from memoryhub.services.workspaces import agent_revoke, source_connect
-from memoryhub.token_verifier import DatabaseTokenVerifier
+from memoryhub.mcp_adapter.verifier import DatabaseTokenVerifier
+from memoryhub.oauth.tokens import VerifiedToken, token_verified
+from memoryhub.services.agents import agent_revoke
 from tests.oauth.conftest import (
     TEST_ORIGIN,
     authorization_code,
@@ -40,13 +41,30 @@ def test_a_persons_token_resolves_to_tenant_subject_kind_and_scopes(people, mcp_
     assert principal.credential == token
 
 
-def test_an_agents_token_resolves_to_its_workspace_and_name(people, triage_bot):
-    token = client_credentials(triage_bot.client_id, triage_bot.client_secret)["access_token"]
+def test_the_adapters_principal_is_the_domains_verified_token_plus_the_credential(people, mcp_client):
+    """memoryhub.oauth.tokens decides; the MCP adapter only adds the credential it was given."""
+    code, verifier = authorization_code(people.bruno, mcp_client, scope="memory.read memory.write")
+    token = exchange_code(mcp_client, code, verifier)["access_token"]
+    verified = token_verified(token, resource=FULL)
+    assert verified == VerifiedToken(tenant=str(people.acme.pk), subject="user:bruno", kind="user",
+                                     scopes=frozenset({"memory.read", "memory.write"}),
+                                     client_id=mcp_client.client_id, resource=FULL)
+    assert not hasattr(verified, "credential")
+    principal = verify(token)
+    assert (principal.tenant, principal.subject, principal.kind, principal.scopes, principal.client_id,
+            principal.resource) == (verified.tenant, verified.subject, verified.kind, verified.scopes,
+                                    verified.client_id, verified.resource)
+    assert token_verified(token, resource=READONLY) is None
+
+
+def test_an_agents_token_resolves_to_its_workspace_and_name(people):
+    bot = people.triage_bot
+    token = client_credentials(bot.client_id, bot.client_secret)["access_token"]
     principal = verify(token)
     assert (principal.tenant, principal.subject, principal.kind) == (str(people.ada.tenant_id), "agent:triage-bot",
                                                                      "agent")
     assert principal.scopes == frozenset({"memory.read", "memory.write"})
-    assert principal.client_id == triage_bot.client_id
+    assert principal.client_id == bot.client_id
 
 
 def test_an_expired_token_is_refused(people, mcp_client):
@@ -96,27 +114,30 @@ def test_a_registration_token_opens_nothing(people, client):
 
 
 def test_a_sources_ingest_token_opens_nothing(people):
-    _, source = source_connect(tenant=people.ada.tenant, name="wiki")
+    source = people.wiki_credentials
     token = client_credentials(source.client_id, source.client_secret)["access_token"]
     assert verify(token) is None
 
 
-def test_an_agent_never_carries_memory_audit(people, triage_bot):
-    token = make_token(application=Application.objects.get(client_id=triage_bot.client_id), user=None,
+def test_an_agent_never_carries_memory_audit(people):
+    bot = people.triage_bot
+    token = make_token(application=Application.objects.get(client_id=bot.client_id), user=None,
                        scope="memory.read memory.audit", resource=[FULL])
     assert verify(token).scopes == frozenset({"memory.read"})
 
 
-def test_an_agent_loses_scopes_its_admin_withdrew(people, triage_bot):
-    token = client_credentials(triage_bot.client_id, triage_bot.client_secret)["access_token"]
-    triage_bot.agent.scopes = "memory.read"
-    triage_bot.agent.save()
+def test_an_agent_loses_scopes_its_admin_withdrew(people):
+    bot = people.triage_bot
+    token = client_credentials(bot.client_id, bot.client_secret)["access_token"]
+    bot.agent.scopes = "memory.read"
+    bot.agent.save()
     assert verify(token).scopes == frozenset({"memory.read"})
 
 
-def test_a_revoked_agents_token_is_refused(people, triage_bot):
-    token = client_credentials(triage_bot.client_id, triage_bot.client_secret)["access_token"]
-    agent_revoke(agent=triage_bot.agent)
+def test_a_revoked_agents_token_is_refused(people):
+    bot = people.triage_bot
+    token = client_credentials(bot.client_id, bot.client_secret)["access_token"]
+    agent_revoke(caller=people.caller(people.ada), name="triage-bot")
     assert verify(token) is None
 
 
@@ -144,13 +165,14 @@ def test_unknown_empty_and_oversized_tokens_are_refused(people):
     assert verify("x" * 10_000) is None
 
 
-def test_the_memory_domain_accepts_the_principals_it_gets(people, mcp_client, triage_bot):
+def test_the_memory_domain_accepts_the_principals_it_gets(people, mcp_client):
     """The seam with memoryhub.access: a verified principal names a caller there."""
+    bot = people.triage_bot
     from memoryhub import access
 
     person = make_token(application=mcp_client, user=people.bruno, scope="memory.read", resource=[FULL])
-    agent = client_credentials(triage_bot.client_id, triage_bot.client_secret)["access_token"]
-    for token, expected in ((person, people.bruno), (agent, triage_bot.agent)):
+    agent = client_credentials(bot.client_id, bot.client_secret)["access_token"]
+    for token, expected in ((person, people.bruno), (agent, bot.agent)):
         principal = verify(token)
         caller = access.caller_from_principal(tenant=principal.tenant, subject=principal.subject,
                                               kind=principal.kind, client_id=principal.client_id)

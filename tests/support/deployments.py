@@ -13,8 +13,10 @@ recorded calls.)
 (django-oauth-toolkit's AccessToken, stored hashed) to a fresh person or agent, for
 exactly the resource asked for; the deployment's own verifier (at the edge: the token
 exchange) decides what it opens. A fresh principal per token keeps rate-limit buckets
-apart. The OAuth flows that issue such tokens are tested end to end in tests/oauth,
-tests/edge and tests/mcpapi/test_real_domain.py.
+apart. The principals are made as `manage.py` makes them: by the caller-first services,
+acting as the suite workspace's system caller (`suite_workspace`); they are not personas
+(tests/conftest.py has the one persona set). The OAuth flows that issue such tokens are
+tested end to end in tests/oauth, tests/edge and tests/mcpapi/test_real_domain.py.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from tests.support.processes import forget_redis_keys, service_environment, spaw
 T = TypeVar("T")
 SUITE_WORKSPACE = "mcp-suite"
 SUITE_CLIENT = "MCP suite client"
+# The one role every suite principal holds.
+SUITE_ROLE = "engineering"
 # Production allows 60 a minute with bursts of 10. The suites give every token a fresh
 # principal and use it a few times; one token a minute makes the burst boundary exact
 # however slowly a test runs.
@@ -93,17 +97,17 @@ class RealDeployment:
         from django.utils import timezone
         from oauth2_provider.models import AccessToken, Application, set_token_value
 
-        from memoryhub.services.workspaces import agent_register, person_add, workspace_create
+        from memoryhub.services import agents, members
 
         with self.db_blocker.unblock():
-            workspace = workspace_create(slug=tenant or SUITE_WORKSPACE)
+            workspace, system = suite_workspace(tenant or SUITE_WORKSPACE)
             if kind == "agent":
-                agent = agent_register(
-                    tenant=workspace, name=name, scopes=["memory.read", "memory.write"], roles=["engineering"]
+                agent = agents.agent_register(
+                    caller=system, name=name, scopes=["memory.read", "memory.write"], roles=[SUITE_ROLE]
                 ).agent
                 application, user, principal = agent.application, None, f"agent:{agent.name}"
             else:
-                user = person_add(tenant=workspace, username=name, password=None, roles=["engineering"])
+                user = members.member_add(caller=system, username=name, password=None, roles=[SUITE_ROLE])
                 application, _ = Application.objects.get_or_create(
                     name=SUITE_CLIENT,
                     defaults={
@@ -131,24 +135,38 @@ class RealDeployment:
         return self._identities[token]
 
     def writes_by(self, subject: str) -> int:
-        """Rows in memory that the principal named `subject` caused: fragments it owns,
-        proposals, serving receipts and idempotency records."""
+        """What requests of the principal named `subject` left in memory: one per serving
+        receipt, and one per write, whether it left a fragment, a proposal or only its
+        idempotency record (a dropped write). Idempotency records name the writer by id."""
         from django.db.models import Q
 
-        from memoryhub.models import Fragment, IdempotencyRecord, Proposal, Receipt
-
-        principals = [f"user:{subject}", f"agent:{subject}"]
+        from memoryhub.models import Agent, Fragment, IdempotencyRecord, Proposal, Receipt, User
 
         def count() -> int:
             with self.db_blocker.unblock():
-                return (
+                keys = [f"user:{pk}" for pk in User.objects.filter(username=subject).values_list("pk", flat=True)]
+                keys += [f"agent:{pk}" for pk in Agent.objects.filter(name=subject).values_list("pk", flat=True)]
+                rows = (
                     Fragment.objects.filter(Q(owner_user__username=subject) | Q(owner_agent__name=subject)).count()
                     + Proposal.objects.filter(agent__name=subject).count()
-                    + Receipt.objects.filter(subject__in=principals).count()
-                    + IdempotencyRecord.objects.filter(principal__endswith=f":{subject}").count()
                 )
+                writes = IdempotencyRecord.objects.filter(principal__in=keys).count()
+                receipts = Receipt.objects.filter(subject__in=[f"user:{subject}", f"agent:{subject}"]).count()
+                return receipts + max(writes, rows)
 
         return _off_the_event_loop(count)
+
+
+def suite_workspace(slug: str = SUITE_WORKSPACE) -> tuple[Any, Any]:
+    """The suites' workspace (made on first use, with SUITE_ROLE) and its system caller, which
+    registers the fresh principals as `manage.py` would."""
+    from memoryhub import access
+    from memoryhub.services import roles, workspaces
+
+    workspace = workspaces.workspace_create(caller=access.OPERATOR, slug=slug, exist_ok=True)
+    system = access.system_caller(tenant=workspace)
+    roles.role_create(caller=system, name=SUITE_ROLE, exist_ok=True)
+    return workspace, system
 
 
 def _off_the_event_loop(work: Callable[[], T]) -> T:

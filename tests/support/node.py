@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from tests.conftest import poll
+
 # Newest release with the 2026-07-28 scenarios (server-stateless, http-header-validation,
 # caching, input-required-result-*) on top of everything 0.1.16 runs.
 CONFORMANCE_VERSION: Final = "0.2.0-alpha.12"
@@ -188,17 +190,20 @@ def _check(tools: ConformanceTools) -> None:
 @contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
     with open(lock_path, "a+") as handle:
-        deadline = time.monotonic() + _LOCK_TIMEOUT
-        while True:
+
+        def locked() -> bool:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise NodeToolsUnavailable(
-                        f"waited {_LOCK_TIMEOUT:.0f} s for another process's install ({lock_path})"
-                    ) from None
-                time.sleep(0.2)
+                return False
+            return True
+
+        try:
+            poll(locked, timeout=_LOCK_TIMEOUT, interval=0.2, what=f"another process's install ({lock_path})")
+        except AssertionError:
+            raise NodeToolsUnavailable(
+                f"waited {_LOCK_TIMEOUT:.0f} s for another process's install ({lock_path})"
+            ) from None
         try:
             yield
         finally:

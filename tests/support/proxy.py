@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx2
 import uvicorn
+
+from tests.conftest import poll
 
 _THREAD_NAME = "bearer-proxy"
 
@@ -181,12 +182,10 @@ def serve_in_thread(
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=thread_name)
     thread.start()
-    deadline = time.monotonic() + 15
     try:
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
+        poll(lambda: server.started or not thread.is_alive(), timeout=15, interval=0.02, what="uvicorn to start")
+        if not server.started:
+            raise RuntimeError("uvicorn did not start")
         yield server
     finally:
         server.should_exit = True

@@ -4,9 +4,10 @@ connected source's shared memory.
 PATH is either
 - a folder: every *.md, *.markdown and *.txt below it (hidden ones skipped) is
   a document whose resource id is its path relative to the folder; an optional
-  front matter block (--- key: value ---) may set title, uri, created_at
-  (or date) and collection, else the title is the first heading or the file
-  name and created_at the file's modification time; or
+  front matter block (--- key: value ---) may set title, uri (an http(s)
+  link), created_at (or date) and collection, else the title is the first
+  heading or the file name, the document has no link and created_at is the
+  file's modification time; or
 - a JSON Lines file (*.jsonl, *.ndjson): one document per line with the
   ingestion API's fields (resource_id, title, uri, created_at, collection,
   text), or {"resource_id": ..., "deleted": true} to delete one.
@@ -94,7 +95,9 @@ def folder_items(root: Path) -> Iterator[Item]:
         yield Item(where=str(relative), fields={
             "resource_id": relative.as_posix(),
             "title": meta.get("title") or _first_heading(text) or path.stem,
-            "uri": meta.get("uri") or path.resolve().as_uri(),
+            # No link unless the front matter gives one: a file:// URI of this machine
+            # is no link for readers, and the service refuses it (only http(s) links).
+            "uri": meta.get("uri") or "",
             "created_at": meta.get("created_at") or modified.isoformat(),
             "collection": meta.get("collection"),
             "text": text,
