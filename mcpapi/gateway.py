@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import anyio
 import mcp_types as types
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -48,6 +49,9 @@ class GatewaySettings:
     rate_burst: int = 10
     rate_limit_key_prefix: str = "memoryhub:mcp:rate:"
     max_body_bytes: int = 256 * 1024
+    # A slow body is refused (408) rather than waited for (the server protocol
+    # has the same bound, mcpapi.serving; this one holds under any server).
+    body_read_seconds: float = 30.0
     call_deadline: float = 25.0
     upstream_read_timeout: float = 20.0
 
@@ -152,7 +156,13 @@ class Gateway:
         admitted = await self._admit(endpoint, scope, headers)
         if isinstance(admitted, Refusal):
             return admitted
-        body = await _read_body(receive, self._settings.max_body_bytes)
+        try:
+            with anyio.fail_after(self._settings.body_read_seconds):
+                body = await _read_body(receive, self._settings.max_body_bytes)
+        except TimeoutError:
+            logger.warning("MCP request body did not arrive within %g s", self._settings.body_read_seconds)
+            return Refusal(408, types.INVALID_REQUEST, "The request body did not arrive in time; send it again.",
+                           headers={"Connection": "close"})
         if body is None:
             return self._too_large()
         refusal = self._inspect(admitted, headers, body)

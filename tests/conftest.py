@@ -193,8 +193,11 @@ class LiveServer:
 @pytest.fixture
 def asgi_server(transactional_db, settings) -> Iterator[LiveServer]:
     """The project's real ASGI application (MCP gateway + Django) under uvicorn on
-    127.0.0.1, in a thread of this process so it shares the test database. The
-    public base URL is the live server's, so resource URLs and discovery match."""
+    127.0.0.1, with the server options every memoryhub process runs with
+    (mcpapi.serving), in a thread of this process so it shares the test
+    database. The public base URL is the live server's, so resource URLs and
+    discovery match."""
+    from mcpapi.serving import server_options
     from memoryhub.asgi import django_app
     from memoryhub.mcp_adapter.wiring import build_asgi_application
 
@@ -205,7 +208,7 @@ def asgi_server(transactional_db, settings) -> Iterator[LiveServer]:
     settings.MEMORYHUB_ALLOWED_ORIGINS = [url]
     settings.CSRF_TRUSTED_ORIGINS = [url]
     application = build_asgi_application(django_app)
-    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", **server_options())
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -1,5 +1,6 @@
 """Composes the process's ASGI application: the MCP gateway owns /mcp and
-/mcp/readonly (and the lifespan); every other path goes to Django.
+/mcp/readonly (and the lifespan); every other path goes to Django, behind the
+body guard (size caps while reading, a deadline: memoryhub.runtime.bodies).
 
 In this single-process deployment the gateway verifies tokens against the
 database and reaches memory through the in-process client; both sit behind
@@ -12,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from mcpapi.gateway import GatewaySettings, build_app
+from memoryhub.runtime.bodies import BODY_TIMEOUT_SECONDS, BodyGuard
 
 
 def gateway_settings() -> GatewaySettings:
@@ -24,6 +26,7 @@ def gateway_settings() -> GatewaySettings:
         rate_limit_key_prefix=f"{settings.CACHES['default']['KEY_PREFIX']}:mcp:rate:",
         call_deadline=settings.MEMORYHUB_TOOL_DEADLINE_SECONDS,
         upstream_read_timeout=settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS,
+        body_read_seconds=BODY_TIMEOUT_SECONDS,
     )
 
 
@@ -36,6 +39,6 @@ def build_asgi_application(django_app: Any) -> Any:
     return build_app(
         verifier=DatabaseTokenVerifier(),
         client_factory=inprocess_client_factory,
-        fallback=django_app,
+        fallback=BodyGuard(django_app),
         settings=gateway_settings(),
     )

@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("MEMORYHUB_PORT", "8000")))
     parser.add_argument("--no-demo", action="store_true", help="Do not create the demo workspace.")
     parser.add_argument("--workers", type=int, default=1, help="Celery worker concurrency.")
+    parser.add_argument("--web-workers", type=int, default=None,
+                        help="ASGI worker processes (default: MEMORYHUB_WORKERS, or one per core).")
     args = parser.parse_args(argv)
 
     datadir = embedded.data_dir()
@@ -77,10 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*manage, "prepare_embedder"], env=env, check=True, cwd=ROOT)
         if not args.no_demo:
             subprocess.run([*manage, "seed_demo"], env=env, check=True, cwd=ROOT)
+        # uvicorn with deadlines for slow clients and one worker per core (mcpapi.serving).
+        web = [sys.executable, "-m", "mcpapi.serving", "memoryhub.asgi:application", "--host", args.host,
+               "--port", str(args.port)]
         children.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--host", args.host,
-             "--port", str(args.port), "--no-access-log", "--lifespan", "on"],
-            env=env, cwd=ROOT,
+            web + (["--workers", str(args.web_workers)] if args.web_workers else []), env=env, cwd=ROOT,
         ))
         children.append(subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--loglevel", "INFO",

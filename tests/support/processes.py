@@ -6,13 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx2
+
+from tests.conftest import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_SECONDS = 180
@@ -60,26 +61,28 @@ class Process:
 def spawn_uvicorn(name: str, target: str, port: int, env: dict[str, str], logs: Path) -> Process:
     log = logs / f"{name}.log"
     with open(log, "wb") as out:
+        # The server every memoryhub process runs under (deadlines for slow clients), one worker.
         popen = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
-             "--lifespan", "on", "--log-level", "warning", "--no-access-log"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "mcpapi.serving", target, "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1"],
+            cwd=ROOT, env={"LOG_LEVEL": "WARNING", **env}, stdout=out, stderr=subprocess.STDOUT,
         )
     return Process(name=name, popen=popen, log=log)
 
 
 def wait_healthy(process: Process, url: str) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         if process.popen.poll() is not None:
             raise RuntimeError(f"{process.name} exited with {process.popen.returncode}:\n{process.output()}")
         try:
-            if httpx2.get(f"{url}/healthz", timeout=2, trust_env=False).status_code == 200:
-                return
+            return httpx2.get(f"{url}/healthz", timeout=2, trust_env=False).status_code == 200
         except httpx2.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{process.name} did not become healthy:\n{process.output()}")
+            return False
+
+    try:
+        poll(healthy, timeout=STARTUP_SECONDS, interval=0.1, what=f"{process.name} to become healthy")
+    except AssertionError:
+        raise RuntimeError(f"{process.name} did not become healthy:\n{process.output()}") from None
 
 
 def service_environment(

@@ -1,0 +1,152 @@
+"""The HTTP server memoryhub's processes run under: uvicorn, with deadlines a
+slow client cannot outwait.
+
+    python -m mcpapi.serving memoryhub.asgi:application --port 8000 [--workers N]
+    python -m mcpapi.serving mcpapi.edge_app:application --port 8080
+
+uvicorn on its own waits as long as a client likes for a request's headers and
+body (it times out only idle keep-alive connections), so a client sending one
+byte every few seconds holds a connection, and enough of them stop the server
+accepting new ones. `GuardedHttpToolsProtocol` gives every request a deadline
+for its headers (from the first byte, or from the connection for its first
+request) and one for its body; past either the client gets 408 (or, once a
+response has begun, the connection is closed) and the event is logged. The
+connection and keep-alive limits are set here too, and one worker process per
+core by default.
+
+It lives in mcpapi, which imports neither Django nor the domain, because the
+edge process runs under it as well.
+
+Settings (environment): MEMORYHUB_HEADER_TIMEOUT_SECONDS (10),
+MEMORYHUB_BODY_TIMEOUT_SECONDS (30), MEMORYHUB_MAX_CONNECTIONS (512 per
+process; beyond it uvicorn answers 503), MEMORYHUB_KEEP_ALIVE_SECONDS (5),
+MEMORYHUB_WORKERS (one per core), MEMORYHUB_TRUSTED_PROXIES (comma-separated
+addresses whose X-Forwarded-For/-Proto are believed; none by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+logger = logging.getLogger("mcpapi.serving")
+
+
+def _float(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+HEADER_TIMEOUT_SECONDS = _float("MEMORYHUB_HEADER_TIMEOUT_SECONDS", 10.0)
+BODY_TIMEOUT_SECONDS = _float("MEMORYHUB_BODY_TIMEOUT_SECONDS", 30.0)
+
+def _timeout_response() -> bytes:
+    body = b"The request did not arrive in time; send it again.\n"
+    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline for each request's headers
+    and one for its body."""
+
+    header_seconds = HEADER_TIMEOUT_SECONDS
+    body_seconds = BODY_TIMEOUT_SECONDS
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._deadline: asyncio.TimerHandle | None = None
+        self._waiting_for = ""
+        super().connection_made(transport)
+        self._arm("headers", self.header_seconds)
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None:
+            # A new request on a kept-alive connection: its headers have a deadline too.
+            self._arm("headers", self.header_seconds)
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._arm("body", self.body_seconds)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def on_response_complete(self) -> None:
+        self._disarm()
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self, what: str, seconds: float) -> None:
+        self._disarm()
+        self._waiting_for = what
+        self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if getattr(self, "_deadline", None) is not None:
+            self._deadline.cancel()  # type: ignore[union-attr]
+        self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client"
+        logger.warning("closing the connection of %s: the request's %s did not arrive within %g s", client,
+                       self._waiting_for, self.header_seconds if self._waiting_for == "headers" else self.body_seconds)
+        cycle = getattr(self, "cycle", None)
+        if cycle is None or not cycle.response_started:
+            self.transport.write(_timeout_response())
+            if cycle is not None:
+                cycle.response_complete = True  # the application's late answer, if any, goes nowhere
+        self.transport.close()
+
+
+def server_options() -> dict[str, Any]:
+    """uvicorn settings every memoryhub process runs with."""
+    trusted = [item.strip() for item in os.environ.get("MEMORYHUB_TRUSTED_PROXIES", "").split(",") if item.strip()]
+    return {
+        "http": GuardedHttpToolsProtocol,
+        "limit_concurrency": _int("MEMORYHUB_MAX_CONNECTIONS", 512),
+        "timeout_keep_alive": _int("MEMORYHUB_KEEP_ALIVE_SECONDS", 5),
+        "lifespan": "on",
+        # X-Forwarded-For/-Proto only from configured proxies: otherwise any local
+        # client could choose its own address for every per-address limit.
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": ",".join(trusted) or "",
+        "access_log": False,
+    }
+
+
+def default_workers() -> int:
+    return _int("MEMORYHUB_WORKERS", os.cpu_count() or 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("app", help="module:attribute of the ASGI application")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
+    uvicorn.run(args.app, host=args.host, port=args.port, workers=args.workers or default_workers(),
+                **server_options())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Slow and oversized clients are cut off, on every path, against the real
+server protocol (mcpapi.serving) and the real application.
+
+Before: POST /o/token/ with Content-Length 1000, one byte every 5 s, was held
+open as long as the client liked (the same on /mcp, and with headers only),
+and a 16 MiB chunked body to /o/register/ was read to the end before the
+16 KiB cap refused it. The deadlines are shortened here so the tests run in
+seconds; the defaults are in mcpapi/serving.py and memoryhub/runtime/bodies.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import httpx2
+import pytest
+
+from mcpapi.serving import GuardedHttpToolsProtocol
+
+HEADER_SECONDS = 1.0
+BODY_SECONDS = 2.0
+
+
+@pytest.fixture
+def server(asgi_server, monkeypatch, settings):
+    monkeypatch.setattr(GuardedHttpToolsProtocol, "header_seconds", HEADER_SECONDS)
+    monkeypatch.setattr(GuardedHttpToolsProtocol, "body_seconds", BODY_SECONDS)
+    return asgi_server
+
+
+def connect(url: str) -> socket.socket:
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    return sock
+
+
+def read_all(sock: socket.socket, timeout: float = 20.0) -> bytes:
+    sock.settimeout(timeout)
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return b"".join(chunks)
+
+
+def test_a_connection_that_sends_nothing_gets_408_and_is_closed(server):
+    sock = connect(server.url)
+    started = time.monotonic()
+    answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert HEADER_SECONDS <= time.monotonic() - started < HEADER_SECONDS + 5
+
+
+@pytest.mark.parametrize("path", ["/o/token/", "/mcp", "/memory/"])
+def test_headers_that_trickle_in_get_408(server, path):
+    sock = connect(server.url)
+    started = time.monotonic()
+    sock.sendall(f"POST {path} HTTP/1.1\r\n".encode())
+    for header in (b"Host: 127.0.0.1\r\n", b"X-Slow: 1\r\n", b"X-Slow: 2\r\n", b"X-Slow: 3\r\n"):
+        time.sleep(0.4)
+        try:
+            sock.sendall(header)
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert time.monotonic() - started < HEADER_SECONDS + 5
+
+
+@pytest.mark.parametrize("path", ["/o/token/", "/mcp", "/api/ingest/documents", "/o/register/"])
+def test_a_body_that_trickles_in_gets_408(server, path):
+    sock = connect(server.url)
+    started = time.monotonic()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                 f"Authorization: Bearer not-checked-before-the-body-arrives\r\n"
+                 f"Content-Length: 1000\r\n\r\n".encode())
+    for _ in range(20):
+        time.sleep(0.5)
+        try:
+            sock.sendall(b"a")
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    answer = read_all(sock)
+    elapsed = time.monotonic() - started
+    # Refused without waiting for the rest: a 408, or (a 401 before any body is read at /mcp) never a wait.
+    assert answer.split(b" ")[1] in (b"408", b"401"), answer[:300]
+    assert elapsed < BODY_SECONDS + 5
+
+
+def test_a_declared_length_over_the_cap_is_refused_before_the_body(server):
+    sock = connect(server.url)
+    sock.sendall(b"POST /api/ingest/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 10485760\r\n\r\n")
+    answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+
+
+def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_cap(server):
+    """16 MiB of chunks to the 16 KiB registration endpoint: 413 after little more than the cap."""
+    sock = connect(server.url)
+    sock.sendall(b"POST /o/register/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"x" * 8192
+    sent = 0
+    answer = b""
+    sock.settimeout(0.05)
+    while sent < 16 * 1024 * 1024:
+        try:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        sent += len(chunk)
+        try:
+            answer += sock.recv(65536)
+        except TimeoutError:
+            continue
+        if answer:
+            break
+    answer += read_all(sock, timeout=10)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert sent < 4 * 1024 * 1024, f"{sent} bytes were taken before the refusal"
+
+
+def test_fifty_slow_clients_do_not_stop_a_normal_client(server):
+    stop = threading.Event()
+
+    def slow_client() -> None:
+        while not stop.is_set():
+            try:
+                sock = connect(server.url)
+                sock.sendall(b"POST /o/token/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
+                while not stop.is_set():
+                    time.sleep(0.3)
+                    sock.sendall(b"a")
+            except OSError:
+                continue  # cut off: come back, as an attacker would
+
+    with ThreadPoolExecutor(50) as pool:
+        for _ in range(50):
+            pool.submit(slow_client)
+        time.sleep(1.0)
+        try:
+            latencies = []
+            for _ in range(20):
+                started = time.monotonic()
+                response = httpx2.get(f"{server.url}/healthz", timeout=10, trust_env=False)
+                latencies.append(time.monotonic() - started)
+                assert response.status_code == 200
+                time.sleep(0.1)
+        finally:
+            stop.set()
+    # Answers came while the slow connections were open (no timed bound: speed lives in bench/).
+    assert len(latencies) == 20
