@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
@@ -42,7 +43,7 @@ class BodyGuard:
         self.app = app
         self.timeout = timeout
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -76,7 +77,7 @@ class BodyGuard:
         await self.app(scope, replay, send)
 
 
-def _declared_length(scope: dict) -> int:
+def _declared_length(scope: MutableMapping[str, Any]) -> int:
     for name, value in scope.get("headers", []):
         if name == b"content-length":
             try:
@@ -104,6 +105,7 @@ async def _read(receive: Any, cap: int) -> tuple[bytes | None, bool]:
 
 
 async def _refuse(send: Any, path: str, status: int, message: str) -> None:
+    body: dict[str, Any] | None
     if path.startswith(("/o/", "/.well-known/")):
         body = {"error": "invalid_request", "error_description": message}
     elif path.startswith(("/api/", "/internal/")):
