@@ -29,7 +29,7 @@ def test_create_workspace_prints_its_slug_and_id():
 
 def test_add_person_reads_the_password_from_the_environment_and_creates_missing_roles(monkeypatch):
     run("create_workspace", "acme")
-    assert not Role.objects.exists()
+    assert not Role.objects.filter(tenant__slug="acme").exists()
     monkeypatch.setenv("MEMORYHUB_PASSWORD", "a long enough passphrase")
     output = run("add_person", "acme", "dana", roles="engineering,leads", admin=True)
     assert output == "person dana in acme: admin, engineering, leads\n"
