@@ -295,7 +295,7 @@ def main() -> None:
     seeds = [item["value"] for item in data["fragments"]]
     sizes = [int(s) for s in args.sizes.split(",")]
     counts = [int(q) for q in args.queries.split(",")]
-    counts += [counts[-1]] * (len(sizes) - len(counts))
+    counts = (counts + [counts[-1]] * len(sizes))[: len(sizes)]
     results = {}
     with bench_database():
         if args.rebuild:
