@@ -36,9 +36,9 @@ def bench_database() -> Iterator[None]:
     from django.db import connection
     from django.test.utils import setup_test_environment
 
-    from memoryhub.runtime.commands import embedded_postgres_for_command
+    from memoryhub.runtime.commands import embedded_services_for_command
 
-    with embedded_postgres_for_command():
+    with embedded_services_for_command():
         setup_test_environment()
         connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=True, serialize=False)
         try:

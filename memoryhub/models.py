@@ -257,6 +257,9 @@ class Fragment(models.Model):
     content_hash = models.CharField(max_length=64)
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
+    linked_at = models.DateTimeField(
+        null=True, blank=True, help_text="When tier 2 decided the link of resource_ref (linked or not)."
+    )
     search_vector = models.GeneratedField(
         expression=models.Func(
             models.F("value"),

@@ -165,7 +165,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # workspace-aware backend (memoryhub.oauth.signin) handles that, as W004 asks.
 SILENCED_SYSTEM_CHECKS = ["auth.W004"]
 
-REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+# With no REDIS_URL, the data folder's private Redis (started by `./dev serve`,
+# by commands and by the test session, shared between them: memoryhub.runtime).
+REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_url(DATA_DIR)
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -185,6 +187,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("MEMORYHUB_TASK_QUEUE", "memoryhub")
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 600)}
 CELERY_RESULT_EXPIRES = 3600
+# The sweep: fragments whose enrichment (embedding, document link) is pending
+# for longer than this are enqueued again; `./dev serve` runs the beat inside
+# its worker, a deployment runs `celery -A memoryhub beat` once.
+MEMORYHUB_SWEEP_SECONDS = envint("MEMORYHUB_SWEEP_SECONDS", 60)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-pending-enrichment": {"task": "memoryhub.tasks.sweep_pending", "schedule": float(MEMORYHUB_SWEEP_SECONDS)},
+}
 
 PASSWORD_HASHERS = [
     "django.contrib.auth.hashers.Argon2PasswordHasher",

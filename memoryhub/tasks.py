@@ -30,7 +30,8 @@ def embed_source_fragments(source_id: int) -> int:
     return enrichment.source_embedding_run(source_id=source_id).embedded
 
 
-@shared_task(name="memoryhub.tasks.embed_missing_fragments", acks_late=True, max_retries=5, **_RETRY)
-def embed_missing_fragments(max_batches: int = 50) -> int:
-    """Sweep: embed any fragment a lost or failed task left without a vector."""
-    return enrichment.fragments_embed_missing(max_batches=max_batches)
+@shared_task(name=enrichment.SWEEP_TASK, acks_late=True, max_retries=5, **_RETRY)
+def sweep_pending() -> int:
+    """The periodic sweep (settings.CELERY_BEAT_SCHEDULE): enqueue enrichment again
+    for fragments left pending longer than a sweep interval."""
+    return enrichment.sweep_pending()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -60,8 +61,24 @@ def test_healthz_answers_when_the_process_is_up(asgi_server):
 def test_readyz_reports_each_dependency(asgi_server):
     status, body = _get(f"{asgi_server.url}/readyz")
     assert status == 200, body
-    assert set(body["checks"]) == {"database", "redis", "embedder"}
+    assert set(body["checks"]) == {"database", "redis", "embedder", "enrichment"}
     assert all(check["ok"] for check in body["checks"].values())
+    assert body["status"] == "ready"
+
+
+def test_readyz_reports_a_backlog_of_enrichment_as_degraded(asgi_server, live_people, settings):
+    from django.utils import timezone
+
+    from memoryhub.models import Fragment
+    from memoryhub.services.ingest import fragment_ingest
+
+    fragment, _ = fragment_ingest(source=live_people.wiki, value="Waiting for a worker that never came.")
+    Fragment.objects.filter(pk=fragment.pk).update(
+        embedding=None, recorded_at=timezone.now() - dt.timedelta(seconds=3 * settings.MEMORYHUB_SWEEP_SECONDS))
+    status, body = _get(f"{asgi_server.url}/readyz")
+    assert (status, body["status"]) == (200, "degraded"), body
+    assert body["checks"]["enrichment"]["degraded"] is True
+    assert body["checks"]["enrichment"]["detail"].startswith("1 fragments wait")
 
 
 def test_readyz_says_which_dependency_failed(asgi_server, settings):

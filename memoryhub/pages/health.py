@@ -20,4 +20,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def readyz(request: HttpRequest) -> JsonResponse:
     checks = readiness()
     ready = all(check["ok"] for check in checks.values())
-    return JsonResponse({"status": "ready" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
+    degraded = any(check.get("degraded") for check in checks.values())
+    status = "unavailable" if not ready else "degraded" if degraded else "ready"
+    return JsonResponse({"status": status, "checks": checks}, status=200 if ready else 503)

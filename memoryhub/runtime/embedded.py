@@ -147,37 +147,44 @@ class EmbeddedPostgres:
     def pid(self) -> int | None:
         return _postmaster_pid(self.pgdata)
 
+    name = "postgres"
+
     def start(self) -> bool:
         """Start the server unless it runs already. True when this call started it."""
         with _lock(self.datadir):
-            if self.is_running():
-                return False
-            _make_binaries_readable()
-            owner = _run_as_owner()
-            self.pgdata.mkdir(parents=True, exist_ok=True)
-            _chown_for_owner(self.pgdata)
-            os.chmod(self.pgdata, 0o700)
-            if not (self.pgdata / "PG_VERSION").exists():
-                self._pg(
-                    "initdb", "--auth=trust", "--encoding=utf8", "--locale=C.UTF-8",
-                    "-U", DATABASE_USER, "-D", str(self.pgdata), **owner,
-                )
-            self.socket_dir.mkdir(parents=True, exist_ok=True)
-            _chown_for_owner(self.socket_dir)
-            options = f"-h '' -k {self.socket_dir} -c max_connections=200 -c fsync=off" if _fast_io() else (
-                f"-h '' -k {self.socket_dir} -c max_connections=200"
-            )
+            return self._start()
+
+    def _start(self) -> bool:
+        if self.is_running():
+            return False
+        _make_binaries_readable()
+        owner = _run_as_owner()
+        self.pgdata.mkdir(parents=True, exist_ok=True)
+        _chown_for_owner(self.pgdata)
+        os.chmod(self.pgdata, 0o700)
+        if not (self.pgdata / "PG_VERSION").exists():
             self._pg(
-                "pg_ctl", "-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "server.log"),
-                "-D", str(self.pgdata), "start", **owner,
+                "initdb", "--auth=trust", "--encoding=utf8", "--locale=C.UTF-8",
+                "-U", DATABASE_USER, "-D", str(self.pgdata), **owner,
             )
-            self._ensure_database(owner)
-            return True
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        _chown_for_owner(self.socket_dir)
+        options = f"-h '' -k {self.socket_dir} -c max_connections=200 -c fsync=off" if _fast_io() else (
+            f"-h '' -k {self.socket_dir} -c max_connections=200"
+        )
+        self._pg(
+            "pg_ctl", "-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "server.log"),
+            "-D", str(self.pgdata), "start", **owner,
+        )
+        self._ensure_database(owner)
+        return True
 
     def stop(self) -> None:
         with _lock(self.datadir):
-            if not self.is_running():
-                return
+            self._stop()
+
+    def _stop(self) -> None:
+        if self.is_running():
             self._pg("pg_ctl", "-w", "-t", "60", "-m", "fast", "-D", str(self.pgdata), "stop", **_run_as_owner())
 
     def _ensure_database(self, owner: dict[str, str]) -> None:
@@ -221,47 +228,159 @@ def redis_server_binary() -> str:
 
 @dataclass
 class EmbeddedRedis:
+    """A private Redis on a unix socket in the data folder. Its queue survives
+    restarts: an append-only file in the data folder (fsync every second), so
+    tasks queued when the server stops are there when it starts again."""
+
     datadir: Path
-    process: subprocess.Popen | None = None
+    name = "redis"
 
     @property
     def socket_path(self) -> Path:
         return redis_socket_path(self.datadir)
 
     @property
-    def url(self) -> str:
-        return f"unix://{self.socket_path}?db=0"
+    def redis_dir(self) -> Path:
+        return self.datadir / "redis"
 
-    def start(self) -> None:
+    @property
+    def pid_path(self) -> Path:
+        return self.redis_dir / "redis.pid"
+
+    @property
+    def url(self) -> str:
+        return redis_url(self.datadir)
+
+    def is_running(self) -> bool:
+        return _socket_answers(self.socket_path)
+
+    def start(self) -> bool:
+        with _lock(self.datadir):
+            return self._start()
+
+    def stop(self) -> None:
+        with _lock(self.datadir):
+            self._stop()
+
+    def _start(self) -> bool:
+        if self.is_running():
+            return False
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        redis_dir = self.datadir / "redis"
-        redis_dir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
+        self.redis_dir.mkdir(parents=True, exist_ok=True)
+        process = subprocess.Popen(
             [
                 redis_server_binary(), "--port", "0", "--unixsocket", str(self.socket_path),
-                "--unixsocketperm", "700", "--dir", str(redis_dir), "--save", "", "--appendonly", "no",
-                "--daemonize", "no", "--logfile", str(redis_dir / "redis.log"),
+                "--unixsocketperm", "700", "--dir", str(self.redis_dir), "--save", "",
+                "--appendonly", "yes", "--appendfsync", "everysec",
+                "--daemonize", "no", "--logfile", str(self.redis_dir / "redis.log"),
             ],
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
+        self.pid_path.write_text(str(process.pid))
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited; see {redis_dir / 'redis.log'}")
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {self.redis_dir / 'redis.log'}")
             if _socket_answers(self.socket_path):
-                return
+                return True
             time.sleep(0.05)
         raise RuntimeError("redis-server did not start within 15 s")
 
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
+    def _stop(self) -> None:
         try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+            pid = int(self.pid_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while _alive(pid) and time.monotonic() < deadline:
+                _reap(pid)
+                time.sleep(0.05)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+                _reap(pid)
+        self.pid_path.unlink(missing_ok=True)
+
+
+def _reap(pid: int) -> None:
+    """Collect our own child's exit status (a no-op for a process we did not start)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def redis_url(datadir: Path | None = None) -> str:
+    return f"unix://{redis_socket_path(datadir)}?db=0"
+
+
+# --------------------------------------------------------------------------- sharing between processes
+
+
+Service = EmbeddedPostgres | EmbeddedRedis
+
+
+def _users_path(datadir: Path) -> Path:
+    return datadir / ".embedded-users.json"
+
+
+def _identity(pid: int) -> list[float] | None:
+    """(pid, start time): a pid alone may be reused by another process after a crash."""
+    import psutil
+
+    try:
+        return [pid, psutil.Process(pid).create_time()]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _live_users(datadir: Path, service: str) -> list[list[float]]:
+    import json
+
+    try:
+        users = json.loads(_users_path(datadir).read_text()).get(service, [])
+    except (FileNotFoundError, ValueError):
+        users = []
+    return [user for user in users if _identity(int(user[0])) == user]
+
+
+def _save_users(datadir: Path, service: str, users: list[list[float]]) -> None:
+    import json
+
+    path = _users_path(datadir)
+    try:
+        everything = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        everything = {}
+    everything[service] = users
+    path.write_text(json.dumps(everything))
+
+
+def use(service: Service) -> bool:
+    """Register this process as a user of the service and start it if needed.
+    Every process on the embedded defaults (the server, its workers, a command
+    run beside it, the test session) shares one PostgreSQL and one Redis per
+    data folder. True when this call started it."""
+    with _lock(service.datadir):
+        users = _live_users(service.datadir, service.name)
+        me = _identity(os.getpid())
+        if me is not None and me not in users:
+            users.append(me)
+        _save_users(service.datadir, service.name, users)
+        return service._start()
+
+
+def release(service: Service) -> bool:
+    """This process no longer uses the service: stop it when no other live
+    process does (so a command never stops what the server still uses, and a
+    killed user does not keep it running for ever). True when it was stopped."""
+    with _lock(service.datadir):
+        me = _identity(os.getpid())
+        users = [user for user in _live_users(service.datadir, service.name) if user != me]
+        _save_users(service.datadir, service.name, users)
+        if users:
+            return False
+        service._stop()
+        return True
 
 
 def _socket_answers(path: Path) -> bool:

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     postgres = None if env.get("DATABASE_URL") else embedded.EmbeddedPostgres(datadir)
     redis = None if env.get("REDIS_URL") else embedded.EmbeddedRedis(datadir)
+    used: list[embedded.Service] = []
     children: list[subprocess.Popen] = []
     stopping = False
 
@@ -65,15 +66,17 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    started_postgres = False
     try:
+        # Shared with any command run beside the server; stopped when the last user releases them.
         if postgres is not None:
-            started_postgres = postgres.start()
+            embedded.use(postgres)
+            used.append(postgres)
             print(f"PostgreSQL 16 + pgvector: {postgres.pgdata}", flush=True)
         if redis is not None:
-            redis.start()
+            embedded.use(redis)
+            used.append(redis)
             env["REDIS_URL"] = redis.url
-            print(f"Redis: {redis.socket_path}", flush=True)
+            print(f"Redis: {redis.socket_path} (its queue kept in {redis.redis_dir})", flush=True)
         manage = [sys.executable, str(ROOT / "manage.py")]
         subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True, cwd=ROOT)
         subprocess.run([*manage, "prepare_embedder"], env=env, check=True, cwd=ROOT)
@@ -85,9 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         children.append(subprocess.Popen(
             web + (["--workers", str(args.web_workers)] if args.web_workers else []), env=env, cwd=ROOT,
         ))
+        # The worker also runs the beat: the sweep re-enqueues what a lost task left pending.
         children.append(subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--loglevel", "INFO",
-             "--concurrency", str(args.workers), "--queues", env.get("MEMORYHUB_TASK_QUEUE", "memoryhub")],
+            [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--schedule",
+             str(datadir / "celerybeat-schedule"), "--loglevel", "INFO", "--concurrency", str(args.workers),
+             "--queues", env.get("MEMORYHUB_TASK_QUEUE", "memoryhub")],
             env=env, cwd=ROOT,
         ))
         base = env["MEMORYHUB_BASE_URL"]
@@ -117,10 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait(5)
-        if redis is not None:
-            redis.stop()
-        if postgres is not None and started_postgres:
-            postgres.stop()
+        while used:
+            embedded.release(used.pop())
         print("stopped", flush=True)
 
 

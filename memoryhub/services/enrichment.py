@@ -20,15 +20,17 @@ mid-batch writes nothing and releases its rows.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from memoryhub import access
@@ -46,9 +48,12 @@ EMBED_MAX_BATCHES: Final = 16
 # While this key exists an embedding task for the source is queued and has not
 # started: later commits need not queue another.
 _QUEUED_TTL_SECONDS: Final = 60
+# The most fragments one sweep enqueues (the next sweep takes the rest).
+SWEEP_LIMIT: Final = 20_000
 
 ENRICH_TASK: Final = "memoryhub.tasks.enrich_fragments"
 EMBED_SOURCE_TASK: Final = "memoryhub.tasks.embed_source_fragments"
+SWEEP_TASK: Final = "memoryhub.tasks.sweep_pending"
 
 
 # --------------------------------------------------------------------------- enqueueing
@@ -62,10 +67,13 @@ def enrichment_enqueue(*, fragment_ids: Sequence[str]) -> None:
         transaction.on_commit(lambda: _send(ENRICH_TASK, ids))
 
 
-def embedding_enqueue(*, source: Source) -> None:
+def embedding_enqueue(*, source: Source, again: bool = False) -> None:
     """After the current transaction commits, make sure an embedding task for
-    this source is queued."""
+    this source is queued (`again`: queue one even if one is marked queued, for
+    a wait that sees no progress)."""
     source_id, tenant_id = source.pk, source.tenant_id
+    if again:
+        cache.delete(_queued_key(source_id, tenant_id))
     transaction.on_commit(lambda: _queue_source(source_id, tenant_id))
 
 
@@ -174,7 +182,9 @@ def fragments_link_documents(*, fragment_ids: Sequence[str]) -> int:
         .select_related("tenant", "owner_user", "owner_agent__tenant")
         .prefetch_related("resources")
     )
+    decided = []
     for fragment in fragments:
+        decided.append(fragment.pk)
         if fragment.resources.all():
             continue
         try:
@@ -187,6 +197,8 @@ def fragments_link_documents(*, fragment_ids: Sequence[str]) -> int:
         if document is not None:
             fragment.resources.add(document)
             linked += 1
+    # Decided either way: the sweep does not come back to it.
+    Fragment.objects.filter(pk__in=decided, linked_at__isnull=True).update(linked_at=timezone.now())
     return linked
 
 
@@ -198,6 +210,27 @@ def fragments_enrich(*, fragment_ids: Sequence[str]) -> dict[str, int]:
     return {"embedded": embedded, "linked": linked}
 
 
-def fragments_embed_missing(*, max_batches: int | None = None) -> int:
-    """The sweep: embed any fragment a lost or failed task left without a vector."""
-    return fragments_embed_pending(max_batches=max_batches).embedded
+def fragments_pending(*, older_than: dt.timedelta, limit: int = SWEEP_LIMIT) -> list[str]:
+    """Fragments tier 2 has not finished for longer than `older_than`: no vector
+    yet, or a named document not yet linked (or found unreadable)."""
+    cutoff = timezone.now() - older_than
+    pending = Fragment.objects.filter(recorded_at__lte=cutoff).filter(
+        Q(embedding__isnull=True) | (Q(linked_at__isnull=True, retired_at__isnull=True) & ~Q(resource_ref=""))
+    )
+    return [str(pk) for pk in pending.order_by("recorded_at").values_list("pk", flat=True)[:limit]]
+
+
+def sweep_pending(*, older_than: dt.timedelta | None = None, limit: int = SWEEP_LIMIT) -> int:
+    """The periodic sweep (Celery beat, every MEMORYHUB_SWEEP_SECONDS): enqueue
+    enrichment again for every fragment left pending longer than a sweep
+    interval, as a lost task, a restarted broker or a command writing to a
+    queue no worker read would leave it. Enrichment is idempotent, so a
+    fragment enqueued twice is embedded and linked once. Returns how many."""
+    older_than = older_than or dt.timedelta(seconds=settings.MEMORYHUB_SWEEP_SECONDS)
+    ids = fragments_pending(older_than=older_than, limit=limit)
+    for start in range(0, len(ids), EMBED_BATCH_SIZE):
+        _send(ENRICH_TASK, ids[start:start + EMBED_BATCH_SIZE])
+    if ids:
+        logger.warning("sweep: %d fragments were pending for over %s; enrichment enqueued again", len(ids),
+                       older_than)
+    return len(ids)

@@ -35,7 +35,28 @@ def _embedder() -> str:
     return embedder.name
 
 
-CHECKS: dict[str, Callable[[], str]] = {"database": _database, "redis": _redis, "embedder": _embedder}
+class Degraded(Exception):
+    """Working, but behind: reported as degraded, not as unavailable."""
+
+
+def _enrichment() -> str:
+    import datetime as dt
+
+    from django.conf import settings
+
+    from memoryhub.services.enrichment import fragments_pending
+
+    waiting = len(fragments_pending(older_than=dt.timedelta(seconds=2 * settings.MEMORYHUB_SWEEP_SECONDS),
+                                    limit=10_000))
+    if waiting:
+        raise Degraded(f"{waiting} fragments wait for embedding or linking for over two sweep intervals "
+                       "(is a Celery worker running?)")
+    return "nothing pending"
+
+
+CHECKS: dict[str, Callable[[], str]] = {
+    "database": _database, "redis": _redis, "embedder": _embedder, "enrichment": _enrichment,
+}
 
 
 def readiness() -> dict[str, dict]:
@@ -45,6 +66,8 @@ def readiness() -> dict[str, dict]:
         try:
             detail = check()
             results[name] = {"ok": True, "detail": detail}
+        except Degraded as exc:
+            results[name] = {"ok": True, "degraded": True, "detail": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a readiness probe reports every failure as data
             results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
         results[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)

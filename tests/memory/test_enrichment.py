@@ -75,7 +75,7 @@ def test_it_links_the_named_resource_to_a_known_document(people, shared_fragment
 
 
 def test_the_tasks_are_acknowledged_late_and_retried_with_backoff():
-    for task in (tasks.enrich_fragments, tasks.embed_missing_fragments):
+    for task in (tasks.enrich_fragments, tasks.embed_source_fragments, tasks.sweep_pending):
         assert task.acks_late is True
         assert task.autoretry_for == (Exception,)
         assert task.retry_backoff and task.max_retries >= 5

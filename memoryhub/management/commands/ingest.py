@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from memoryhub.celery import app as celery_app
 from memoryhub.errors import MemoryhubError, NotFound
 from memoryhub.management.acting import acting_caller, add_acting_argument
 from memoryhub.models import Source
@@ -41,6 +43,8 @@ from memoryhub.services import enrichment, ingest
 from memoryhub.services.sources import source_get
 
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
+# --wait queues the source's embedding again when nothing moved for this long.
+REQUEUE_AFTER_SECONDS = 20.0
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 FRONT_MATTER_KEYS = {"title": "title", "uri": "uri", "url": "uri", "created_at": "created_at", "date": "created_at",
                      "created": "created_at", "collection": "collection"}
@@ -165,6 +169,8 @@ class Command(BaseCommand):
                             help="Folder only: delete this source's documents whose file is gone.")
         parser.add_argument("--wait", action="store_true",
                             help="After ingesting, wait for the Celery workers to embed everything.")
+        parser.add_argument("--wait-timeout", type=float, default=600.0, metavar="SECONDS",
+                            help="Give up waiting after this long, saying how many fragments are stuck and why.")
         parser.add_argument("--embed-here", action="store_true",
                             help="After ingesting, embed what is pending in this process (no worker needed).")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
@@ -172,7 +178,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, workspace: str, source: str, path: str, collection: str | None,
                delete_missing: bool, wait: bool, embed_here: bool, no_progress: bool, acting_as: str,
-               **options: Any) -> None:
+               wait_timeout: float, **options: Any) -> None:
         root = Path(path)
         is_folder = root.is_dir()
         if not is_folder and not (root.is_file() and root.suffix.lower() in JSONL_SUFFIXES):
@@ -216,7 +222,7 @@ class Command(BaseCommand):
         if embed_here:
             self._embed_here(src, no_progress)
         elif wait:
-            self._wait(src, no_progress)
+            self._wait(src, no_progress, wait_timeout)
         if failures:
             for line in failures[:50]:
                 self.stderr.write(f"  {line}")
@@ -271,13 +277,44 @@ class Command(BaseCommand):
                     break
         self.stdout.write("Every fragment is embedded.")
 
-    def _wait(self, src: Source, no_progress: bool) -> None:
+    def _wait(self, src: Source, no_progress: bool, timeout: float) -> None:
+        """Wait for the workers to embed what this source sent: progress, the
+        embedding task queued again whenever nothing moved for a while (an
+        earlier run may have queued it where no worker listened), and a deadline
+        with the reason the rest is stuck."""
+        started = time.monotonic()
         pending = ingest.source_progress(source=src)["pending_embedding"]
+        enrichment.embedding_enqueue(source=src, again=True)
+        moved = time.monotonic()
         with tqdm(total=pending, unit="fragment", desc="embedding (workers)", disable=no_progress,
                   file=self.stderr._out) as bar:
             while pending:
+                if time.monotonic() - started > timeout:
+                    raise CommandError(self._stuck(pending, timeout))
                 time.sleep(0.5)
                 now_pending = ingest.source_progress(source=src)["pending_embedding"]
+                if now_pending < pending:
+                    moved = time.monotonic()
+                elif time.monotonic() - moved > REQUEUE_AFTER_SECONDS:
+                    enrichment.embedding_enqueue(source=src, again=True)
+                    moved = time.monotonic()
                 bar.update(max(0, pending - now_pending))
                 pending = now_pending
         self.stdout.write("Every fragment is embedded.")
+
+    @staticmethod
+    def _stuck(pending: int, timeout: float) -> str:
+        broker = settings.CELERY_BROKER_URL
+        try:
+            answered = celery_app.control.ping(timeout=1.0)
+        except Exception:  # noqa: BLE001 - an unreachable broker is the answer
+            answered = None
+        if answered is None:
+            why = f"the task broker ({broker}) cannot be reached"
+        elif not answered:
+            why = (f"no Celery worker answers on {broker}: start `./dev serve`, or `celery -A memoryhub worker` "
+                   "with the same REDIS_URL")
+        else:
+            why = "workers answer but did not embed them; see their logs (failed embeddings are retried with backoff)"
+        return (f"{pending} fragments are still waiting for their embedding after {timeout:g} s: {why}. They are "
+                "stored and found by full-text search already; the sweep embeds them once a worker runs.")
