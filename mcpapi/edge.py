@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import httpx2
 
+from mcpapi import observe
 from mcpapi.client import MemoryServiceError, Principal, PrincipalKind, VerificationThrottled
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,8 @@ class HttpMemoryClient:
                     "Authorization": f"Bearer {principal.credential}",
                     "Content-Type": "application/json",
                     READ_TIMEOUT_HEADER: f"{self._read_timeout:g}",
+                    # One request id on both sides of the hop, in both processes' logs.
+                    "X-Request-Id": observe.REQUEST_ID.get(),
                 },
                 # The tool layer bounds the call at read_timeout and says so; the
                 # socket gives it a moment more so that message is the one seen.

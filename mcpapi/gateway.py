@@ -9,6 +9,7 @@ ASGI lifespan and hands every other path to `fallback` (Django in the project).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mcpapi import observe
 from mcpapi.auth import bearer_challenge, presented_token, resource_metadata_url, resource_url
 from mcpapi.catalog import CATALOG, missing_scope
 from mcpapi.client import MEMORY_SCOPES, MemoryClientFactory, TokenVerifier, VerificationThrottled
@@ -138,24 +140,33 @@ class Gateway:
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        headers = Headers(scope=scope)
+        token = observe.REQUEST_ID.set(observe.request_id(headers.get("x-request-id")))
+        note: dict[str, str] = {"principal_kind": "", "tool": ""}
         sent = _ResponseTracker(send)
         try:
-            refusal = await self._admit_and_forward(endpoint, scope, receive, sent)
-        except Exception:  # noqa: BLE001
-            logger.exception("MCP request failed")
-            if sent.started:
-                return
-            refusal = Refusal(500, types.INTERNAL_ERROR, "Internal error; retry as a new request")
-        if refusal is not None:
-            await _respond(refusal, send)
+            try:
+                refusal = await self._admit_and_forward(endpoint, scope, receive, sent, note)
+            except Exception:  # noqa: BLE001
+                logger.exception("MCP request failed")
+                refusal = None if sent.started else Refusal(500, types.INTERNAL_ERROR,
+                                                            "Internal error; retry as a new request")
+            if refusal is not None:
+                await _respond(refusal, sent)
+        finally:
+            observe.log_request(endpoint=endpoint, status=sent.status, duration=time.monotonic() - started,
+                                principal_kind=note["principal_kind"], tool=note["tool"])
+            observe.REQUEST_ID.reset(token)
 
     async def _admit_and_forward(
-        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send
+        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send, note: dict[str, str]
     ) -> Refusal | None:
         headers = Headers(scope=scope)
         admitted = await self._admit(endpoint, scope, headers)
         if isinstance(admitted, Refusal):
             return admitted
+        note["principal_kind"] = admitted.principal.kind
         try:
             with anyio.fail_after(self._settings.body_read_seconds):
                 body = await _read_body(receive, self._settings.max_body_bytes)
@@ -165,7 +176,7 @@ class Gateway:
                            headers={"Connection": "close"})
         if body is None:
             return self._too_large()
-        refusal = self._inspect(admitted, headers, body)
+        refusal = self._inspect(admitted, headers, body, note)
         if refusal is not None:
             return refusal
         await self._managers[endpoint].handle_request(
@@ -193,6 +204,7 @@ class Gateway:
             logger.exception("rate limiter unavailable")
             return Refusal(503, UNAVAILABLE, "Rate limiter unavailable; retry shortly", headers={"Retry-After": "1"})
         if not decision.allowed:
+            observe.RATE_LIMITED.inc()
             return self._rate_limited(decision.retry_after_seconds)
         return caller
 
@@ -206,11 +218,12 @@ class Gateway:
             headers={"Retry-After": str(retry_after)},
         )
 
-    def _inspect(self, caller: Connection, headers: Headers, body: bytes) -> Refusal | None:
+    def _inspect(self, caller: Connection, headers: Headers, body: bytes, note: dict[str, str]) -> Refusal | None:
         """One JSON-RPC message, an accepted revision, and the scope its tool needs."""
         message = read_message(body)
         if isinstance(message, Refusal):
             return message
+        note["tool"] = message.tool_name or ""
         refusal = revision_refusal(headers.get("mcp-protocol-version"), message)
         if refusal is not None:
             return refusal
@@ -223,13 +236,16 @@ class Gateway:
     async def _authenticate(self, endpoint: Endpoint, headers: Headers) -> Connection | Refusal:
         presented = presented_token(headers)
         if presented.token is None:
+            observe.VERIFICATIONS.labels(outcome="missing").inc()
             return self._unauthorized(endpoint, invalid=presented.sent, why="A bearer token is required")
         resource = resource_url(self._settings.base_url, endpoint)
         try:
             principal = await self._verifier.verify(presented.token, resource=resource)
         except VerificationThrottled as throttled:
+            observe.VERIFICATIONS.labels(outcome="throttled").inc()
             return self._rate_limited(throttled.retry_after)
         except Exception:  # noqa: BLE001
+            observe.VERIFICATIONS.labels(outcome="unavailable").inc()
             logger.exception("token verification failed")
             return Refusal(
                 503,
@@ -238,12 +254,15 @@ class Gateway:
                 headers={"Retry-After": "1"},
             )
         if principal is None or principal.resource != resource:
+            observe.VERIFICATIONS.labels(outcome="invalid").inc()
             return self._unauthorized(
                 endpoint, invalid=True, why="The token is invalid, expired or not for this resource"
             )
         if not principal.memory_scopes:
             # Any other token from the same issuer (a DCR registration token, say) opens nothing here.
+            observe.VERIFICATIONS.labels(outcome="invalid").inc()
             return self._unauthorized(endpoint, invalid=True, why="The token carries no memory scope")
+        observe.VERIFICATIONS.labels(outcome="valid").inc()
         return Connection(principal=principal, endpoint=endpoint)
 
     def _unauthorized(self, endpoint: Endpoint, *, invalid: bool, why: str) -> Refusal:
@@ -290,10 +309,15 @@ class _ResponseTracker:
     def __init__(self, send: Send) -> None:
         self._send = send
         self.started = False
+        self.status = 0
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started = True
+            self.status = int(message["status"])
+            # Every answer names its request, for the logs on both sides.
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (b"x-request-id", observe.REQUEST_ID.get().encode())]}
         await self._send(message)
 
 

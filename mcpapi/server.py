@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from contract.scopes import OPERATION_SCOPES
-from mcpapi import __version__
+from mcpapi import __version__, observe
 from mcpapi.catalog import CATALOG, ToolSpec, listed_tools
 from mcpapi.client import MemoryClientFactory
 from mcpapi.connection import ENDPOINTS, Connection, Endpoint, connection_from_scope
@@ -105,7 +106,11 @@ def build_server(
             read_timeout=limits.upstream_read_timeout,
             listed_tools=listed,
         )
+        started = time.monotonic()
         outcome = await run_handler(spec.name, spec.handler, call, deadline=limits.call_deadline)
+        failed = isinstance(outcome, types.CallToolResult)
+        observe.TOOL_SECONDS.labels(tool=spec.name, outcome="error" if failed else "ok").observe(
+            time.monotonic() - started)
         if isinstance(outcome, types.CallToolResult):
             return outcome
         problems = spec.output_validator.problems(outcome)

@@ -21,7 +21,9 @@ Settings (environment): MEMORYHUB_HEADER_TIMEOUT_SECONDS (10),
 MEMORYHUB_BODY_TIMEOUT_SECONDS (30), MEMORYHUB_MAX_CONNECTIONS (512 per
 process; beyond it uvicorn answers 503), MEMORYHUB_KEEP_ALIVE_SECONDS (5),
 MEMORYHUB_WORKERS (one per core), MEMORYHUB_TRUSTED_PROXIES (comma-separated
-addresses whose X-Forwarded-For/-Proto are believed; none by default).
+addresses whose X-Forwarded-For/-Proto are believed; none by default). With
+more than one worker, Prometheus metrics are kept per process in
+PROMETHEUS_MULTIPROC_DIR (a fresh folder unless set) and added up at /metrics.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import asyncio
 import logging
 import os
+import tempfile
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -144,8 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
-    uvicorn.run(args.app, host=args.host, port=args.port, workers=args.workers or default_workers(),
-                **server_options())
+    workers = args.workers or default_workers()
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each worker keeps its metrics in files here; /metrics adds them up (fresh on every start).
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="memoryhub-metrics-")
+    uvicorn.run(args.app, host=args.host, port=args.port, workers=workers, **server_options())
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "memoryhub.observability.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "memoryhub.middleware.SecurityHeadersMiddleware",
     # Before sessions, CSRF, static files and every view: NUL and lone surrogates get a 400 here.
@@ -322,11 +323,18 @@ MEMORYHUB_SERVICE_AUDIENCE = os.environ.get("MEMORYHUB_SERVICE_AUDIENCE", "")
 # Capped at the tool deadline (25 s): a credential lives as long as one call may.
 MEMORYHUB_EXCHANGED_TOKEN_SECONDS = envfloat("MEMORYHUB_EXCHANGED_TOKEN_SECONDS", 25.0)
 
+# Scraping /metrics from elsewhere than loopback (memoryhub.observability).
+MEMORYHUB_METRICS_TOKEN = os.environ.get("MEMORYHUB_METRICS_TOKEN", "")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "memoryhub.observability.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler",
+                             "formatter": "plain" if os.environ.get("MEMORYHUB_LOG_FORMAT") == "plain" else "json"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "memoryhub.enforcement": {"level": "WARNING"},

@@ -23,10 +23,12 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from mcpapi.client import MemoryServiceError, Principal
+from mcpapi.observe import REQUEST_ID as MCP_REQUEST_ID
 from memoryhub import access
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import MemoryhubError
 from memoryhub.mcp_adapter import render
+from memoryhub.observability import REQUEST_ID
 from memoryhub.services.fragments import fragment_write
 from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
@@ -73,9 +75,14 @@ class InProcessMemoryClient:
                 # Worker threads are pooled: give back what CONN_MAX_AGE says not to keep.
                 close_old_connections()
 
-        # Not thread-sensitive: a slow search must not queue every other call
-        # (a whoami probe included) behind it on Django's single sync thread.
-        return await sync_to_async(in_thread, thread_sensitive=False)()
+        # The MCP request's id goes with the work into the domain's logs and tasks.
+        token = REQUEST_ID.set(REQUEST_ID.get() or MCP_REQUEST_ID.get())
+        try:
+            # Not thread-sensitive: a slow search must not queue every other call
+            # (a whoami probe included) behind it on Django's single sync thread.
+            return await sync_to_async(in_thread, thread_sensitive=False)()
+        finally:
+            REQUEST_ID.reset(token)
 
     async def search(self, principal: Principal, arguments: dict[str, Any]) -> dict[str, Any]:
         def work() -> dict[str, Any]:

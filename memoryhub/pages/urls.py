@@ -39,4 +39,5 @@ workspace_urls = [
 health_urls = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
 ]

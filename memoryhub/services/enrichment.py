@@ -38,6 +38,7 @@ from memoryhub.celery import app as celery_app
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import PermissionDenied
 from memoryhub.models import Fragment, Source
+from memoryhub.observability import SWEEPS, SWEPT
 
 logger = logging.getLogger("memoryhub.enrichment")
 
@@ -226,11 +227,24 @@ def sweep_pending(*, older_than: dt.timedelta | None = None, limit: int = SWEEP_
     interval, as a lost task, a restarted broker or a command writing to a
     queue no worker read would leave it. Enrichment is idempotent, so a
     fragment enqueued twice is embedded and linked once. Returns how many."""
-    older_than = older_than or dt.timedelta(seconds=settings.MEMORYHUB_SWEEP_SECONDS)
+    if older_than is None:
+        older_than = dt.timedelta(seconds=settings.MEMORYHUB_SWEEP_SECONDS)
     ids = fragments_pending(older_than=older_than, limit=limit)
+    SWEEPS.inc()
+    SWEPT.inc(len(ids))
     for start in range(0, len(ids), EMBED_BATCH_SIZE):
         _send(ENRICH_TASK, ids[start:start + EMBED_BATCH_SIZE])
     if ids:
         logger.warning("sweep: %d fragments were pending for over %s; enrichment enqueued again", len(ids),
                        older_than)
     return len(ids)
+
+
+def queue_depth() -> int:
+    """Tasks waiting in the default Celery queue (-1 when the broker cannot be asked)."""
+    try:
+        with celery_app.connection_for_read() as connection:
+            return int(connection.default_channel.client.llen(settings.CELERY_TASK_DEFAULT_QUEUE))
+    except Exception:  # noqa: BLE001 - a gauge reports an unreachable broker, it does not fail the scrape
+        logger.warning("could not read the task queue's depth", exc_info=True)
+        return -1

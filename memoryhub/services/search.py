@@ -51,6 +51,7 @@ from memoryhub.access import Caller, ReadPolicy
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import TEXT_SEARCH_CONFIG, EnforcementAlarm, Fragment, Receipt, new_receipt_id
+from memoryhub.observability import ENFORCEMENT_ALARMS, phase
 from memoryhub.services.arguments import checked_instant, checked_int, checked_strings, checked_text
 from memoryhub.services.provenance import Provenance, provenance_for
 
@@ -306,22 +307,23 @@ def fragments_search(
                 caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
                 budget=budget,
             )
-            Receipt.objects.create(
-                id=receipt_id,
-                tenant=caller.tenant,
-                reader_user=caller.user,
-                reader_agent=caller.agent,
-                principal_kind=caller.kind,
-                subject=caller.subject,
-                client_id=caller.client_id,
-                roles=list(execution.audience.role_names),
-                request=request.as_json(),
-                as_of=instant,
-                as_of_explicit=request.as_of is not None,
-                served=execution.result.served_ids,
-                abstained=execution.result.abstained,
-                budget=budget.name if budget is not None else "",
-            )
+            with phase("receipt"):
+                Receipt.objects.create(
+                    id=receipt_id,
+                    tenant=caller.tenant,
+                    reader_user=caller.user,
+                    reader_agent=caller.agent,
+                    principal_kind=caller.kind,
+                    subject=caller.subject,
+                    client_id=caller.client_id,
+                    roles=list(execution.audience.role_names),
+                    request=request.as_json(),
+                    as_of=instant,
+                    as_of_explicit=request.as_of is not None,
+                    served=execution.result.served_ids,
+                    abstained=execution.result.abstained,
+                    budget=budget.name if budget is not None else "",
+                )
     except OperationalError as exc:
         if is_cancelled(exc):
             raise deadline.exceeded() from exc
@@ -345,7 +347,8 @@ def search_execute(
     enforcement alarms. Receipt replays call this with the original request."""
     # Embedding first: PostgreSQL opens the transaction at the first statement,
     # so the slowest step does not keep a snapshot open.
-    vectors = _embed([request.query])
+    with phase("embedding"):
+        vectors = _embed([request.query])
     query_vector = vectors[0] if vectors else None
     tenant = caller.tenant
     tenant.refresh_from_db(fields=["judgment_plane", "relevance_floor"])
@@ -427,10 +430,11 @@ def scored_candidates(
     read_query = ReadQuery(text=query, vector=query_vector, tsquery=tsquery_for(query, ranking))
     candidates = _candidates(policy=policy, read_query=read_query, limit=limit, deadline=deadline, ranking=ranking)
     deadline.arm()
-    rows, alarms = _checked_rows(
-        policy=policy, candidates=candidates, read_query=read_query, load_embeddings=load_embeddings,
-        ranking=ranking,
-    )
+    with phase("row_check"):
+        rows, alarms = _checked_rows(
+            policy=policy, candidates=candidates, read_query=read_query, load_embeddings=load_embeddings,
+            ranking=ranking,
+        )
     return {pk: c for pk, c in candidates.items() if pk in rows}, rows, alarms
 
 
@@ -511,12 +515,16 @@ def _candidates(
     found: dict[uuid.UUID, Candidate] = {}
     if read_query.vector is not None and ranking.fusion != "lexical":
         deadline.arm()
-        for rank, pk in enumerate(vector_candidates(predicate, read_query.vector, pool)):
+        with phase("vector_query"):
+            ranked = vector_candidates(predicate, read_query.vector, pool)
+        for rank, pk in enumerate(ranked):
             found.setdefault(pk, Candidate()).vector_rank = rank
     # Without a query vector (embedder down) full-text answers alone.
     if read_query.tsquery is not None and (ranking.fusion != "vector" or read_query.vector is None):
         deadline.arm()
-        for rank, pk in enumerate(lexical_candidates(predicate, read_query.tsquery, pool, ranking)):
+        with phase("lexical_query"):
+            ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)
+        for rank, pk in enumerate(ranked):
             found.setdefault(pk, Candidate()).lexical_rank = rank
     return found
 
@@ -605,6 +613,7 @@ def _checked_rows(
             candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
             continue
         alarms.append(str(fragment.pk))
+        ENFORCEMENT_ALARMS.inc()
         enforcement_logger.warning(
             "row check refused a fragment the index query returned: tenant=%s fragment=%s reader=%s:%s reason=%s",
             policy.caller.tenant.pk, fragment.pk, policy.caller.kind, policy.caller.subject, refusal,

@@ -131,3 +131,18 @@ def test_ingest_wait_completes_when_a_worker_runs(live_people, private_task_queu
     call_command("ingest", "acme", "wiki", str(export), wait=True, wait_timeout=120, no_progress=True, stdout=out)
     assert "Every fragment is embedded." in out.getvalue()
     assert not Fragment.objects.filter(source=live_people.wiki, embedding__isnull=True).exists()
+
+
+def test_a_task_carries_the_request_id_it_was_enqueued_under(live_people, private_task_queue):
+    from memoryhub.observability import REQUEST_ID
+
+    fragment_ingest(source=live_people.wiki, value="A fact no worker embedded yet.")
+    drain(private_task_queue)
+    token = REQUEST_ID.set("req-for-the-task-1")
+    try:
+        assert enrichment.sweep_pending(older_than=dt.timedelta(seconds=0)) >= 1
+    finally:
+        REQUEST_ID.reset(token)
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    headers = [json.loads(raw)["headers"] for raw in broker.lrange(private_task_queue, 0, -1)]
+    assert headers and all(h.get("request_id") == "req-for-the-task-1" for h in headers)
