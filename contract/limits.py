@@ -2,7 +2,7 @@
 
 mcpapi's tool schemas advertise and enforce them (`mcpapi.schemas`, `mcpapi.budget`);
 the memory domain enforces the same numbers on every path that reaches it, the web
-console, the ingestion API and tasks included (`memoryhub.services.limits`). This
+console, the ingestion API and tasks included (`memoryhub.services.arguments`). This
 module imports nothing, so an edge process without the domain has it too.
 
 Lengths are in characters (Unicode code points, JSON Schema's maxLength unit), so the

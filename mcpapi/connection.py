@@ -1,7 +1,6 @@
 """The connection a request arrived on: who is calling (the verified
 principal) and on which endpoint. The gateway puts it in the ASGI scope, tool
-handlers read it back through `ctx.request.scope`. (The domain's caller is
-memoryhub.access.Connection; this layer never sees it.)"""
+handlers read it back through `ctx.request.scope`."""
 
 from __future__ import annotations
 

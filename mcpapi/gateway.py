@@ -170,6 +170,9 @@ class Gateway:
         try:
             with anyio.fail_after(self._settings.body_read_seconds):
                 body = await _read_body(receive, self._settings.max_body_bytes)
+        except ClientGone:
+            logger.warning("MCP request abandoned before its body arrived")
+            return None
         except TimeoutError:
             logger.warning("MCP request body did not arrive within %g s", self._settings.body_read_seconds)
             return Refusal(408, types.INVALID_REQUEST, "The request body did not arrive in time; send it again.",
@@ -338,14 +341,19 @@ def _declared_length(headers: Headers) -> int:
         return 0
 
 
+class ClientGone(Exception):
+    """The client went away (or was cut off) before its body arrived."""
+
+
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None as soon as it grows past `limit`."""
+    """The whole body, or None as soon as it grows past `limit`. A body the
+    client never finished is never run: ClientGone."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return b"".join(chunks)
+            raise ClientGone
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

@@ -87,6 +87,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self._disarm()
         super().on_response_complete()
+        # A pipelined request started now: its body (if still arriving) has its own deadline.
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and not cycle.response_complete and cycle.more_body and not self.transport.is_closing():
+            self._arm("body", self.body_seconds)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -106,14 +110,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._deadline = None
         if self.transport.is_closing():
             return
+        if self.pipeline:
+            # Requests wait behind one still being answered (reading is paused):
+            # the delay is ours, not the client's. Its deadline starts with its turn.
+            self._arm(self._waiting_for, self.header_seconds if self._waiting_for == "headers" else self.body_seconds)
+            return
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client"
         logger.warning("closing the connection of %s: the request's %s did not arrive within %g s", client,
                        self._waiting_for, self.header_seconds if self._waiting_for == "headers" else self.body_seconds)
         cycle = getattr(self, "cycle", None)
         if cycle is None or not cycle.response_started:
             self.transport.write(_timeout_response())
-            if cycle is not None:
-                cycle.response_complete = True  # the application's late answer, if any, goes nowhere
+        if cycle is not None:
+            # The application hears that the client went away (http.disconnect), so a
+            # request it was still reading is dropped, never run after the 408; any
+            # late answer of its goes nowhere.
+            cycle.disconnected = True
+            cycle.response_complete = True
+            cycle.message_event.set()
         self.transport.close()
 
 
@@ -125,6 +139,7 @@ def server_options() -> dict[str, Any]:
         "limit_concurrency": _int("MEMORYHUB_MAX_CONNECTIONS", 512),
         "timeout_keep_alive": _int("MEMORYHUB_KEEP_ALIVE_SECONDS", 5),
         "lifespan": "on",
+        "ws": "none",  # no websockets here: an upgrade request is an ordinary (refused) request
         # X-Forwarded-For/-Proto only from configured proxies: otherwise any local
         # client could choose its own address for every per-address limit.
         "proxy_headers": bool(trusted),

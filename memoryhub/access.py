@@ -68,7 +68,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
-from memoryhub.errors import PermissionDenied
+from memoryhub.errors import Conflict, PermissionDenied
 from memoryhub.models import (
     AccessRule,
     Agent,
@@ -78,6 +78,7 @@ from memoryhub.models import (
     Proposal,
     Resource,
     Role,
+    Source,
     Tenant,
     User,
 )
@@ -123,11 +124,7 @@ class Caller:
     @property
     def default_subject(self) -> str:
         # The same form the token verifier puts in a principal.
-        if self.user is not None:
-            return f"user:{self.user.username}"
-        if self.agent is not None:
-            return f"agent:{self.agent.name}"
-        return "system"
+        return subject_of(user=self.user, agent=self.agent) if self.kind != "system" else "system"
 
     @property
     def principal_key(self) -> str:
@@ -145,6 +142,15 @@ class Caller:
         if self.agent is not None:
             return self.agent.name
         return "system"
+
+
+def subject_of(*, user: User | None = None, agent: Agent | None = None) -> str:
+    """The subject a principal is known by: "user:<login>" (unique within its
+    workspace), "agent:<name>" or "source:<name>" (unique within it too)."""
+    if user is not None:
+        return f"user:{user.username}"
+    assert agent is not None, "a subject is a person's or an agent's"
+    return f"{'source' if agent.kind == Agent.Kind.SOURCE else 'agent'}:{agent.name}"
 
 
 @dataclass(frozen=True)
@@ -254,10 +260,7 @@ class Holder:
 
     @property
     def subject(self) -> str:
-        if self.user is not None:
-            return f"user:{self.user.username}"
-        assert self.agent is not None
-        return f"{'source' if self.kind == 'source' else 'agent'}:{self.agent.name}"
+        return subject_of(user=self.user, agent=self.agent)
 
 
 def agent_of(application: Application | None) -> Agent | None:
@@ -310,6 +313,46 @@ def token_holder(*, application: Application | None, user: User | None) -> Holde
     return Holder(tenant=membership.tenant, kind="user", user=user, scopes=frozenset(MEMORY_SCOPES))
 
 
+def scopes_at_mcp(holder: Holder, granted: CollectionOf[str]) -> frozenset[str]:
+    """What a token opens at the MCP endpoint: its memory scopes, cut to what
+    its holder may hold today; nothing at all for a connected source's token."""
+    if holder.kind == "source":
+        return frozenset()
+    return frozenset(granted) & holder.scopes & frozenset(MEMORY_SCOPES)
+
+
+def exchangeable_scopes(held: CollectionOf[str], asked: CollectionOf[str], *, read_only: bool) -> frozenset[str]:
+    """The scopes an edge's memory-service credential may carry: never more than
+    the caller's token, and never memory.write from the read-only endpoint."""
+    wanted = frozenset(asked) or frozenset(held)
+    if not wanted <= frozenset(held):
+        raise PermissionDenied("A credential never carries more than the subject token grants.")
+    if read_only:
+        wanted -= {MEMORY_WRITE}
+    if not wanted:
+        raise PermissionDenied("No memory scope is left to grant at this resource.")
+    return wanted
+
+
+def ingesting_source(*, application: Application | None, user: User | None,
+                     granted: CollectionOf[str]) -> Source | None:
+    """The connected source a token stands for when it may feed the ingestion
+    API now: a live source whose admin grants `ingest`, with a token carrying it."""
+    holder = token_holder(application=application, user=user)
+    if holder is None or holder.kind != "source" or INGEST_SCOPE not in holder.scopes:
+        return None
+    if INGEST_SCOPE not in granted:
+        return None
+    return getattr(holder.agent, "source", None)
+
+
+def require_document_of(source: Source, resource: Resource | None) -> None:
+    """A source changes only documents it sent (or ones no source owns yet)."""
+    if resource is not None and resource.source_id not in (None, source.pk):
+        raise Conflict(f"The resource id {resource.external_id!r} belongs to another source of this workspace.",
+                       field="resource_id")
+
+
 def require_scope(scopes: CollectionOf[str], operation: str) -> None:
     """Refuse `operation` to a credential without the scope it needs."""
     needed = OPERATION_SCOPES[operation]
@@ -350,12 +393,30 @@ def require_operator(operator: Operator) -> None:
         raise PermissionDenied("Only the deployment's operator can do this.")
 
 
+def require_system(caller: Caller) -> Tenant:
+    """What only the deployment does to a workspace (seeding the demo, writing
+    as its people): the system caller of a management command."""
+    if caller.kind != "system":
+        raise PermissionDenied("Only the deployment itself can do this.")
+    return caller.tenant
+
+
 def require_person(caller: Caller, *, what: str = "this") -> User:
     """Receipts, forgetting and the memory pages are people's (decision 2,
     contract 001: no deletion through an AI client)."""
     if caller.kind != "user" or caller.user is None:
         raise PermissionDenied(f"Only people can do {what}.")
     return caller.user
+
+
+def is_reviewer(caller: Caller) -> bool:
+    """Whether `require_reviewer` would let the caller in (a person's home page asks)."""
+    return caller.kind != "agent" and is_admin(caller)
+
+
+def may_review(caller: Caller, proposal: Proposal) -> bool:
+    """A reviewer of the proposal's own workspace."""
+    return is_reviewer(caller) and proposal.tenant_id == caller.tenant.pk
 
 
 def require_reviewer(caller: Caller) -> Tenant:
@@ -370,7 +431,7 @@ def require_reviewer(caller: Caller) -> Tenant:
 
 def require_decider(caller: Caller, proposal: Proposal) -> None:
     """Approving or rejecting: a person who administers the proposal's
-    workspace, and never the proposal's own author."""
+    workspace. (Its author is an agent, and agents decide nothing.)"""
     if caller.kind != "user":
         raise PermissionDenied("Agents cannot approve or reject proposals; a workspace admin decides them.")
     require_admin(caller)

@@ -13,6 +13,8 @@ from urllib.parse import unquote_plus
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from memoryhub.services.arguments import unstorable
+
 # JSON bodies larger than this are left to the view's own limit (and refusal).
 JSON_INSPECT_MAX_BYTES = 4 * 1024 * 1024
 
@@ -29,18 +31,6 @@ class SecurityHeadersMiddleware:
         response.headers.setdefault("Content-Security-Policy", settings.CONTENT_SECURITY_POLICY)
         response.headers.setdefault("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
         return response
-
-
-def unstorable(text: str) -> str | None:
-    """Why `text` cannot be stored or passed on (PostgreSQL text holds no NUL; a
-    lone surrogate has no UTF-8 form), or None."""
-    if "\x00" in text:
-        return "contains a NUL character (\\u0000)"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains an unpaired surrogate; send valid UTF-8"
-    return None
 
 
 class HostileInputMiddleware:
@@ -116,9 +106,12 @@ def _body_problems(request: HttpRequest) -> Iterator[tuple[str, str]]:
             return
         try:
             document = json.loads(request.body)
+        except RecursionError:
+            yield "the JSON body", "is nested too deeply"
+            return
         except ValueError:
             return  # malformed JSON: the view refuses it as such
-        yield from _json_problems(document, "")
+        yield from _json_problems(document)
 
 
 # An API refusal's `field` is the member's path alone ("text", "arguments.query"),
@@ -126,16 +119,19 @@ def _body_problems(request: HttpRequest) -> Iterator[tuple[str, str]]:
 JSON_FIELD = "JSON field "
 
 
-def _json_problems(value: Any, where: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield from _checked(f"{JSON_FIELD}{where or 'the body'}", value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _checked("a JSON member name", key)
-            yield from _json_problems(item, f"{where}.{key}" if where else key)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _json_problems(item, f"{where}[{index}]")
+def _json_problems(document: Any) -> Iterator[tuple[str, str]]:
+    """Every string of a parsed JSON document, walked without recursion (any depth)."""
+    pending: list[tuple[Any, str]] = [(document, "")]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, str):
+            yield from _checked(f"{JSON_FIELD}{where or 'the body'}", value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                yield from _checked("a JSON member name", key)
+                pending.append((item, f"{where}.{key}" if where else key))
+        elif isinstance(value, list):
+            pending.extend((item, f"{where}[{index}]") for index, item in enumerate(value))
 
 
 def refusal(request: HttpRequest, field: str, message: str, status: int = 400) -> HttpResponse:

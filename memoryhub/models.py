@@ -425,6 +425,8 @@ class RedeemedCode(models.Model):
     application = models.ForeignKey("oauth2_provider.Application", on_delete=models.CASCADE, related_name="+")
     token_family = models.UUIDField(null=True, blank=True)
     access_token_checksum = models.CharField(max_length=64)
+    # The PKCE challenge the code was bound to: only its verifier's holder can revoke by replaying.
+    code_challenge = models.CharField(max_length=128, blank=True)
     redeemed_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     def __str__(self) -> str:

@@ -66,9 +66,9 @@ class IngestTokenAuthentication(OAuth2Authentication):
         token = oauthlib_request.access_token
         if INGEST_SCOPE not in token.scope.split():
             raise InsufficientScope()
-        holder = access.token_holder(application=token.application, user=token.user)
-        source: Source | None = getattr(holder.agent, "source", None) if holder is not None else None
-        if holder is None or holder.kind != "source" or INGEST_SCOPE not in holder.scopes or source is None:
+        source = access.ingesting_source(application=token.application, user=token.user,
+                                         granted=token.scope.split())
+        if source is None:
             raise exceptions.PermissionDenied("This token does not belong to a connected source of a workspace.")
         return SourcePrincipal(source=source, client_id=token.application.client_id), token
 

@@ -48,7 +48,10 @@ class BoundedJSONParser(JSONParser):
         body = stream.read(BODY_MAX_BYTES + 1)
         if len(body) > BODY_MAX_BYTES:
             raise RequestTooLarge()
-        return super().parse(io.BytesIO(body), media_type, parser_context)
+        try:
+            return super().parse(io.BytesIO(body), media_type, parser_context)
+        except RecursionError:
+            raise exceptions.ParseError("JSON parse error - the body is nested too deeply.") from None
 
 
 def ingest_exception_handler(exc: Exception, context: dict) -> Response | None:

@@ -13,23 +13,21 @@ to `MemoryServiceError`, the only failure type the MCP layer knows.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
-from django.utils import timezone
+from django.db import close_old_connections
 
 from mcpapi.client import MemoryServiceError, Principal
 from mcpapi.observe import REQUEST_ID as MCP_REQUEST_ID
 from memoryhub import access
-from memoryhub.embeddings import get_embedder
 from memoryhub.errors import MemoryhubError
 from memoryhub.mcp_adapter import render
 from memoryhub.observability import REQUEST_ID
 from memoryhub.services.fragments import fragment_write
+from memoryhub.services.health import read_probe
 from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
 
@@ -37,9 +35,6 @@ logger = logging.getLogger("memoryhub.mcp_adapter")
 
 T = TypeVar("T")
 
-# A probe slower than this still works, but a search would feel it.
-PROBE_DEGRADED_AFTER_SECONDS = 2.0
-PROBE_STATEMENT_TIMEOUT = "3s"
 # How much sooner than the MCP layer's read timeout the domain's own deadline falls.
 DEADLINE_MARGIN_SECONDS = 0.5
 
@@ -123,33 +118,18 @@ class InProcessMemoryClient:
     async def receipt(self, principal: Principal, receipt_id: str) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             caller = caller_for(principal, operation="memory_receipt")
-            replay = receipt_replay(caller=caller, receipt_id=receipt_id, deadline_seconds=self._deadline,
-                                    budget=render.SEARCH_RESULT_BUDGET)
+            replay = receipt_replay(caller=caller, receipt_id=receipt_id, deadline_seconds=self._deadline)
             return render.receipt_output(replay)
 
         return await self._run(work)
 
     async def probe(self, principal: Principal) -> str:
         def work() -> str:
-            started = time.monotonic()
             try:
                 caller = caller_for(principal, operation="whoami")
-                with transaction.atomic():
-                    with connection.cursor() as cursor:
-                        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [PROBE_STATEMENT_TIMEOUT])
-                    policy = access.read_policy(caller=caller, as_of=timezone.now())
-                    access.visible_fragments(policy).exists()
             except MemoryhubError:
                 return "unavailable"
-            except Exception:  # noqa: BLE001 - the probe reports a failing database as a state
-                logger.exception("read-pool probe failed")
-                return "unavailable"
-            try:
-                get_embedder().embed(["probe"])
-            except Exception:  # noqa: BLE001 - search answers lexically without the embedder
-                logger.exception("read-pool probe: the embedder failed")
-                return "degraded"
-            return "degraded" if time.monotonic() - started > PROBE_DEGRADED_AFTER_SECONDS else "ready"
+            return read_probe(caller=caller)
 
         return await self._run(work)
 

@@ -47,7 +47,7 @@ from memoryhub.mcp_adapter.client import InProcessMemoryClient
 from memoryhub.mcp_adapter.verifier import principal_of
 from memoryhub.oauth.exchange import credential_principal
 
-logger = logging.getLogger("memoryhub.internal_api")
+logger = logging.getLogger("memoryhub.mcp_adapter.internal_api")
 
 READ_TIMEOUT_HEADER = "HTTP_MEMORYHUB_READ_TIMEOUT"
 # The gateway already refused MCP bodies over 256 KiB; the arguments are smaller still.
@@ -111,7 +111,7 @@ def _body(request: HttpRequest) -> dict[str, Any] | None:
         return None
     try:
         body = json.loads(request.body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return body if isinstance(body, dict) else None
 

@@ -11,19 +11,16 @@ wire); `mcpapi` then refuses, never cuts, a result that would not fit.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from typing import Any, Final
 
 from contract.limits import FRAGMENT_VALUE_MAX_BYTES, RESULT_MAX_BYTES
 from mcpapi.budget import clip_utf8, tool_result_size
 from memoryhub.services.receipts import ReceiptReplay
-from memoryhub.services.search import Hit, SearchResult
+from memoryhub.services.search import Hit, SearchResult, budget_register, iso_instant
 from memoryhub.services.write import WriteOutcome
 
-
-def iso(value: dt.datetime | None) -> str | None:
-    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if value else None
+iso = iso_instant
 
 
 # --------------------------------------------------------------------------- memory_search
@@ -85,7 +82,7 @@ class SearchResultBudget:
         return low
 
 
-SEARCH_RESULT_BUDGET = SearchResultBudget()
+SEARCH_RESULT_BUDGET = budget_register(SearchResultBudget())
 
 
 # --------------------------------------------------------------------------- memory_write

@@ -13,7 +13,8 @@ from typing import Any
 from django.conf import settings
 
 from mcpapi.gateway import GatewaySettings, build_app
-from memoryhub.runtime.bodies import BODY_TIMEOUT_SECONDS, BodyGuard
+from mcpapi.serving import BODY_TIMEOUT_SECONDS
+from memoryhub.runtime.bodies import BodyGuard
 
 
 def gateway_settings() -> GatewaySettings:
@@ -39,6 +40,6 @@ def build_asgi_application(django_app: Any) -> Any:
     return build_app(
         verifier=DatabaseTokenVerifier(),
         client_factory=inprocess_client_factory,
-        fallback=BodyGuard(django_app),
+        fallback=BodyGuard(django_app, timeout=BODY_TIMEOUT_SECONDS),
         settings=gateway_settings(),
     )

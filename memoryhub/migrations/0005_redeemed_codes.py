@@ -21,6 +21,7 @@ class Migration(migrations.Migration):
                 ('code_checksum', models.CharField(max_length=64, unique=True)),
                 ('token_family', models.UUIDField(blank=True, null=True)),
                 ('access_token_checksum', models.CharField(max_length=64)),
+                ('code_challenge', models.CharField(blank=True, max_length=128)),
                 ('redeemed_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
                 ('application', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.OAUTH2_PROVIDER_APPLICATION_MODEL)),
             ],

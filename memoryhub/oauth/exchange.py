@@ -3,7 +3,7 @@ credential it issues.
 
 An edge process (`mcpapi.edge`) holds no secret and no database. On every MCP
 request it sends the caller's access token here, and nowhere else, and gets back
-a credential for the memory service's internal API (`memoryhub.internal_api`).
+a credential for the memory service's internal API (`memoryhub.mcp_adapter.internal_api`).
 The exchange is also the edge's token verification: the answer names the
 tenant, subject, principal kind, scopes and resource.
 
@@ -66,6 +66,8 @@ from django.views.decorators.http import require_POST
 from django_ratelimit.core import get_usage
 from oauth2_provider.models import AccessToken, set_token_value
 
+from memoryhub import access
+from memoryhub.errors import PermissionDenied
 from memoryhub.oauth.policy import MCP_READONLY_PATH, resource_url, resource_urls
 from memoryhub.oauth.tokens import MAX_TOKEN_LENGTH, VerifiedToken, access_token_row, token_checksum, verified_row
 
@@ -196,16 +198,11 @@ def token_exchange_issue(
 
 
 def _granted_scopes(principal: VerifiedToken, *, resource: str, requested: str) -> frozenset[str]:
-    held = principal.scopes
-    asked = frozenset(requested.split()) if requested.strip() else held
-    if not asked <= held:
-        raise ExchangeRefused("invalid_scope", "A credential never carries more than the subject token grants.")
-    if resource == resource_url(MCP_READONLY_PATH):
-        # Nothing on the read-only endpoint writes; neither does its credential.
-        asked -= {"memory.write"}
-    if not asked:
-        raise ExchangeRefused("invalid_scope", "No memory scope is left to grant at this resource.")
-    return asked
+    try:
+        return access.exchangeable_scopes(principal.scopes, requested.split(),
+                                          read_only=resource == resource_url(MCP_READONLY_PATH))
+    except PermissionDenied as refused:
+        raise ExchangeRefused("invalid_scope", refused.message) from None
 
 
 # ---------------------------------------------------------------- the credential

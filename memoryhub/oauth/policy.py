@@ -20,6 +20,9 @@ asks `grantable_scopes` and `token_holder`):
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
 from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -149,6 +152,14 @@ def with_issuer(url: str) -> str:
 # ---------------------------------------------------------------- scopes
 
 
+def _verifier_matches(challenge: str, verifier: str | None) -> bool:
+    """RFC 7636 S256: BASE64URL(SHA256(verifier)) == challenge."""
+    if not challenge or not verifier:
+        return False
+    digest = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+    return hmac.compare_digest(digest, challenge)
+
+
 def _lock(queryset) -> None:  # type: ignore[no-untyped-def]
     """Lock these rows until the token endpoint's transaction ends (outside one, do nothing)."""
     if connection.in_atomic_block:
@@ -252,9 +263,11 @@ class OAuth2Validator(ToolkitValidator):
         _lock(Grant.objects.filter(code=code, application=client))
         if super().validate_code(client_id, code, client, request, *args, **kwargs):
             return True
-        # RFC 6749 §4.1.2: a code used twice revokes the tokens issued from it.
+        # RFC 6749 §4.1.2: a code used twice revokes the tokens issued from it;
+        # only when the replay carries the code's PKCE verifier, so that someone
+        # who saw a spent code alone cannot end its holder's session with it.
         redeemed = RedeemedCode.objects.filter(code_checksum=token_checksum(code), application=client).first()
-        if redeemed is not None:
+        if redeemed is not None and _verifier_matches(redeemed.code_challenge, request.code_verifier):
             RefreshToken.revoke_family(redeemed.token_family)
             AccessToken.objects.filter(token_checksum=redeemed.access_token_checksum).delete()
         return False
@@ -265,10 +278,12 @@ class OAuth2Validator(ToolkitValidator):
             refresh = token.get("refresh_token")
             family = (RefreshToken.objects.filter(token_checksum=token_checksum(refresh))
                       .values_list("token_family", flat=True).first() if refresh else None)
+            challenge = (Grant.objects.filter(code=request.code, application=request.client)
+                         .values_list("code_challenge", flat=True).first() or "")
             RedeemedCode.objects.filter(redeemed_at__lt=timezone.now() - REDEEMED_CODE_KEPT).delete()
             RedeemedCode.objects.create(
                 code_checksum=token_checksum(request.code), application=request.client, token_family=family,
-                access_token_checksum=token_checksum(token["access_token"]),
+                access_token_checksum=token_checksum(token["access_token"]), code_challenge=challenge,
             )
 
 

@@ -77,10 +77,10 @@ def verified_row(row: AccessToken, *, resource: str) -> VerifiedToken | None:
     if resource not in (row.resource or []):
         return None
     holder = access.token_holder(application=row.application, user=row.user)
-    if holder is None or holder.kind == "source":
+    if holder is None:
         return None
-    scopes = frozenset(row.scope.split()) & holder.scopes & frozenset(MEMORY_SCOPES)
-    if not scopes:
+    scopes = access.scopes_at_mcp(holder, row.scope.split())
+    if not scopes or holder.kind == "source":
         return None
     return VerifiedToken(
         tenant=str(holder.tenant.pk), subject=holder.subject, kind=holder.kind, scopes=scopes,

@@ -242,7 +242,7 @@ def _apply_registration_policy(request: HttpRequest) -> JsonResponse | None:
         return _registration_error("invalid_client_metadata", "The registration document is too large.")
     try:
         metadata = json.loads(request.body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return _registration_error("invalid_client_metadata", "Request body must be valid JSON")
     if not isinstance(metadata, dict):
         return _registration_error("invalid_client_metadata", "Request body must be a JSON object")

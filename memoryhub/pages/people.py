@@ -13,7 +13,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryhub import access, errors
-from memoryhub.mcp_adapter.render import SEARCH_RESULT_BUDGET
 from memoryhub.oauth.policy import PERSON_TOKEN_SECONDS
 from memoryhub.pages.callers import SignedInRequest, login_required, person_caller
 from memoryhub.pages.forms import SearchForm, form_error
@@ -83,10 +82,8 @@ def fragment_forget(request: SignedInRequest, fragment_id: uuid.UUID) -> HttpRes
     """GET asks to confirm; POST forgets: the fragment is retired now, and
     reads of the past still see it."""
     caller = person_caller(request)
-    view = fragments.fragment_get(caller=caller, fragment_id=fragment_id)
-    if not view.owned:
-        # Shared memory belongs to its collection; only one's own is forgotten here.
-        raise errors.NotFound(fragments.NOT_YOURS)
+    # Shared memory belongs to its collection; only one's own is forgotten here.
+    view = fragments.fragment_get(caller=caller, fragment_id=fragment_id, own=True)
     if request.method == "GET":
         return render(request, "pages/forget.html", {"view": view})
     try:
@@ -119,7 +116,7 @@ def receipt_detail(request: SignedInRequest, receipt_id: str) -> HttpResponse:
     was cut to the MCP result budget; the replay is cut to the same one."""
     caller = person_caller(request)
     try:
-        replay = receipts.receipt_replay(caller=caller, receipt_id=receipt_id, budget=SEARCH_RESULT_BUDGET)
+        replay = receipts.receipt_replay(caller=caller, receipt_id=receipt_id)
     except errors.InvalidArgument:
         raise errors.NotFound(receipts.RECEIPT_NOT_YOURS) from None
     shown = receipts.receipt_fragments(caller=caller, fragment_ids=[*replay.served_then, *replay.served_now])

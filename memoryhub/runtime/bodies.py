@@ -7,14 +7,14 @@ registration endpoint was read to the end. `BodyGuard` sits in front of Django
 (the MCP endpoint has the same rules in its gateway): a declared length over
 the path's cap is refused with 413 before a byte is read, a body that grows
 past it is refused with 413 as soon as it does (the rest is never read), and a
-body that does not arrive within MEMORYHUB_BODY_TIMEOUT_SECONDS gets 408.
+body that does not arrive within its deadline (MEMORYHUB_BODY_TIMEOUT_SECONDS, read
+once by mcpapi.serving and passed in by the wiring) gets 408.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -23,32 +23,40 @@ import anyio
 logger = logging.getLogger("memoryhub.bodies")
 
 KIB = 1024
-# path prefix -> the most a request body there may be (the first match wins).
-CAPS: tuple[tuple[str, int], ...] = (
-    ("/o/register", 16 * KIB),  # a client's registration document
-    ("/o/", 64 * KIB),  # token, exchange, revocation, consent forms
-    ("/api/", 2 * KIB * KIB),  # ingestion: a document of up to 256 Ki characters
-    ("/internal/", 256 * KIB),  # the edge's tool calls: what the MCP gateway already admitted
-    ("/", 512 * KIB),  # pages' forms: an edited fact of 32 Ki characters, percent-encoded
-)
-BODY_TIMEOUT_SECONDS = float(os.environ.get("MEMORYHUB_BODY_TIMEOUT_SECONDS") or 30.0)
 
 
-def cap_for(path: str) -> int:
-    return next(cap for prefix, cap in CAPS if path.startswith(prefix))
+def caps() -> tuple[tuple[str, int], ...]:
+    """path prefix -> the most a request body there may be (the first match
+    wins); the numbers are the endpoints' own, which they also check."""
+    from memoryhub.api.views import BODY_MAX_BYTES
+    from memoryhub.mcp_adapter.internal_api import MAX_BODY_BYTES
+    from memoryhub.oauth.views import MAX_REGISTRATION_BYTES
+
+    return (
+        ("/o/register", MAX_REGISTRATION_BYTES),  # a client's registration document
+        ("/o/", 64 * KIB),  # token, exchange, revocation, consent forms
+        ("/api/", BODY_MAX_BYTES),  # ingestion: a document of up to 256 Ki characters
+        ("/internal/", MAX_BODY_BYTES),  # the edge's tool calls: what the MCP gateway already admitted
+        ("/", 512 * KIB),  # pages' forms: an edited fact of 32 Ki characters, percent-encoded
+    )
+
+
+def cap_for(path: str, table: tuple[tuple[str, int], ...]) -> int:
+    return next(cap for prefix, cap in table if path.startswith(prefix))
 
 
 class BodyGuard:
-    def __init__(self, app: Any, *, timeout: float = BODY_TIMEOUT_SECONDS) -> None:
+    def __init__(self, app: Any, *, timeout: float) -> None:
         self.app = app
         self.timeout = timeout
+        self.caps = caps()
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "/")
-        cap = cap_for(path)
+        cap = cap_for(path, self.caps)
         if _declared_length(scope) > cap:
             await _refuse(send, path, 413, f"The request body is larger than {cap} bytes.")
             return

@@ -65,7 +65,7 @@ def _validated_scopes(scopes: Sequence[str], allowed: Sequence[str]) -> str:
 
 def client_credentials_application(name: str, created_by: User | None) -> tuple[Application, str]:
     """A confidential OAuth client for the client-credentials grant; its secret
-    is returned once and stored only as a hash."""
+    is returned once and stored only as a hash (services only, after require_admin)."""
     secret = secrets.token_urlsafe(32)
     application = Application.objects.create(
         name=name,
@@ -110,7 +110,7 @@ def agent_rotate_secret(*, caller: Caller, name: str) -> AgentCredentials:
 
 
 def credentials_rotate(agent: Agent) -> AgentCredentials:
-    """For agent_rotate_secret and its source twin, after their own checks."""
+    """For agent_rotate_secret and source_rotate_secret, after their own checks (services only)."""
     if agent.application is None or agent.revoked_at is not None:
         raise InvalidArgument("This agent has no client credentials.")
     secret = secrets.token_urlsafe(32)
@@ -129,6 +129,7 @@ def agent_revoke(*, caller: Caller, name: str) -> Agent:
 
 
 def credentials_end(agent: Agent) -> Agent:
+    """For agent_revoke and source_revoke, after their own checks (services only)."""
     application = agent.application
     agent.application = None
     agent.revoked_at = agent.revoked_at or timezone.now()

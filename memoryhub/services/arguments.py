@@ -13,21 +13,30 @@ characters, the same number the MCP schema advertises.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from memoryhub.errors import InvalidArgument
 
 
-def storable(value: str, *, field: str) -> str:
-    """PostgreSQL text cannot hold NUL, and a lone surrogate (a broken \\ud800
-    escape) has no UTF-8 form: refuse both here rather than fail at the database."""
-    if "\x00" in value:
-        raise InvalidArgument(f"{field} contains a NUL character (\\u0000).", field=field)
+def unstorable(text: str) -> str | None:
+    """Why `text` cannot be stored or passed on (PostgreSQL text holds no NUL; a
+    lone surrogate, a broken \\ud800 escape, has no UTF-8 form), or None."""
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000)"
     try:
-        value.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidArgument(f"{field} contains an unpaired surrogate; send valid UTF-8.", field=field) from None
+        return "contains an unpaired surrogate; send valid UTF-8"
+    return None
+
+
+def storable(value: str, *, field: str) -> str:
+    """`value`, when the database can hold it; refused naming the field otherwise."""
+    why = unstorable(value)
+    if why is not None:
+        raise InvalidArgument(f"{field} {why}.", field=field)
     return value
 
 
@@ -91,4 +100,16 @@ def checked_instant(value: Any, *, field: str) -> dt.datetime | None:
         raise InvalidArgument(f"{field} must be a date-time.", field=field)
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidArgument(f"{field} must carry a UTC offset.", field=field)
-    return value.astimezone(dt.UTC)
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        # 0001-01-01T00:00:00+01:00 has no UTC instant a datetime can hold.
+        raise InvalidArgument(f"{field} is out of range.", field=field) from None
+
+
+def uuid_or_none(value: Any) -> uuid.UUID | None:
+    """`value` as a UUID, or None when it is not one (an id that cannot exist)."""
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None

@@ -14,8 +14,8 @@ import datetime as dt
 from django.utils import timezone
 
 from memoryhub import access
-from memoryhub.access import caller_for_agent, caller_for_user
-from memoryhub.models import Agent, Collection, Fragment, Proposal, Source, Tenant, User
+from memoryhub.access import Caller, caller_for_agent, caller_for_user
+from memoryhub.models import Agent, Collection, Fragment, Proposal, Source, User
 from memoryhub.services.enrichment import fragments_embed_pending
 from memoryhub.services.fragments import fragment_write
 from memoryhub.services.ingest import fragment_ingest
@@ -77,31 +77,35 @@ SHARED = {
 AGENT_PROPOSAL = ("triage-bot", "Tickets mentioning checkout latency go to the payments team first.")
 
 
-def _source(tenant: Tenant, name: str, kind: str) -> Source:
+def _source(caller: Caller, name: str, kind: str) -> Source:
+    tenant = caller.tenant
     agent = Agent.objects.filter(tenant=tenant, name=name).first()
     if agent is not None:
         return Source.objects.get(agent=agent)
-    source, _ = source_register(caller=access.system_caller(tenant=tenant), name=name, kind=kind)
+    source, _ = source_register(caller=caller, name=name, kind=kind)
     return source
 
 
-def demo_memory_seed(*, tenant: Tenant) -> int:
-    """Fill the demo workspace with a little memory; returns how many fragments were new."""
+def demo_memory_seed(*, caller: Caller) -> int:
+    """Fill the demo workspace with a little memory, writing as its people, its
+    agent and its sources (only the deployment itself may: access.require_system);
+    returns how many fragments were new."""
+    tenant = access.require_system(caller)
     before = Fragment.objects.filter(tenant=tenant).count()
     now = timezone.now()
     for username, facts in PRIVATE.items():
         user = User.objects.filter(tenant=tenant, username=username).first()
         if user is None:
             continue
-        caller = caller_for_user(user=user, client_id="demo-seed")
+        person = caller_for_user(user=user, client_id="demo-seed")
         for index, fact in enumerate(facts):
-            fragment_write(caller=caller, content=fact, session_id="demo", idempotency_key=f"demo-{username}-{index}")
+            fragment_write(caller=person, content=fact, session_id="demo", idempotency_key=f"demo-{username}-{index}")
 
     for collection_name, (source_name, kind, items) in SHARED.items():
         collection = Collection.objects.filter(tenant=tenant, name=collection_name).first()
         if collection is None:
             continue
-        source = _source(tenant, source_name, kind)
+        source = _source(caller, source_name, kind)
         for days_ago, text, (external_id, title, uri) in items:
             fragment_ingest(
                 source=source, collection=collection, value=text, created_at=now - dt.timedelta(days=days_ago),

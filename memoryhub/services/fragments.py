@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +31,7 @@ from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, NotFound, PermissionDenied
 from memoryhub.models import Fragment, IdempotencyRecord, Tenant
-from memoryhub.services.arguments import checked_text
+from memoryhub.services.arguments import checked_text, uuid_or_none
 from memoryhub.services.paging import Page, keyset_page
 from memoryhub.services.proposals import proposal_park
 from memoryhub.services.provenance import DocumentRef, provenance_for
@@ -180,14 +179,17 @@ def fragments_browse(
     return Page(items=fragment_views(caller, page.items), next_cursor=page.next_cursor)
 
 
-def fragment_get(*, caller: Caller, fragment_id: Any) -> FragmentView:
+def fragment_get(*, caller: Caller, fragment_id: Any, own: bool = False) -> FragmentView:
     """One fragment the caller may look at: their own (live or retired), or one
-    today's access rules let them read now. Anything else is NotFound, the
-    same answer as for an id that never existed."""
+    today's access rules let them read now (`own`: their own only, as before
+    forgetting). Anything else is NotFound, the same answer as for an id that
+    never existed."""
     access.require_person(caller, what="browse memory")
-    pk = _uuid_or_none(fragment_id)
+    pk = uuid_or_none(fragment_id)
     fragment = _loaded(caller).filter(pk=pk).first() if pk is not None else None
     if fragment is None or not access.fragments_shown_to(caller, [fragment]):
+        raise NotFound(NOT_YOURS)
+    if own and not access.owns_fragment(caller, fragment):
         raise NotFound(NOT_YOURS)
     return fragment_views(caller, [fragment])[0]
 
@@ -209,7 +211,7 @@ def fragment_forget(*, caller: Caller, fragment_id: Any) -> Fragment:
     Only the owner forgets, and only a person (contract 001: no deletion through
     an AI client). The row stays: as-of reads before now still see it."""
     user = access.require_person(caller, what="forget memory")
-    pk = _uuid_or_none(fragment_id)
+    pk = uuid_or_none(fragment_id)
     if pk is None:
         raise NotFound(NOT_YOURS)
     with transaction.atomic():
@@ -226,11 +228,3 @@ def fragment_forget(*, caller: Caller, fragment_id: Any) -> Fragment:
         fragment.retired_reason = Fragment.Retired.FORGOTTEN
         fragment.save(update_fields=["retired_at", "retired_reason"])
     return fragment
-
-
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None
-

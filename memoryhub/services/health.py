@@ -72,3 +72,42 @@ def readiness() -> dict[str, dict]:
             results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
         results[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
     return results
+
+
+# A probe slower than this still works, but a search would feel it.
+PROBE_DEGRADED_AFTER_SECONDS = 2.0
+PROBE_STATEMENT_TIMEOUT = "3s"
+
+
+def read_probe(*, caller) -> str:  # type: ignore[no-untyped-def]
+    """whoami's read_pool_ready: a real read under the caller's own rights (the
+    visibility predicate a search would carry) and the query embedder.
+    'ready', 'degraded' (slow, or search would answer lexically only) or
+    'unavailable'."""
+    import logging
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from memoryhub import access
+    from memoryhub.embeddings import get_embedder
+    from memoryhub.errors import MemoryhubError
+
+    logger = logging.getLogger("memoryhub.health")
+    started = time.monotonic()
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [PROBE_STATEMENT_TIMEOUT])
+            access.visible_fragments(access.read_policy(caller=caller, as_of=timezone.now())).exists()
+    except MemoryhubError:
+        return "unavailable"
+    except Exception:  # noqa: BLE001 - the probe reports a failing database as a state
+        logger.exception("read-pool probe failed")
+        return "unavailable"
+    try:
+        get_embedder().embed(["probe"])
+    except Exception:  # noqa: BLE001 - search answers lexically without the embedder
+        logger.exception("read-pool probe: the embedder failed")
+        return "degraded"
+    return "degraded" if time.monotonic() - started > PROBE_DEGRADED_AFTER_SECONDS else "ready"

@@ -42,7 +42,8 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from contract import limits
-from memoryhub.errors import Conflict, InvalidArgument, NotFound
+from memoryhub import access
+from memoryhub.errors import InvalidArgument, NotFound
 from memoryhub.models import Collection, Fragment, Resource, Source
 from memoryhub.services.arguments import checked_instant, checked_text
 from memoryhub.services.enrichment import embedding_enqueue, enrichment_enqueue
@@ -296,10 +297,7 @@ def _resource_of_source(source: Source, resource_id: str, *, for_update: bool = 
     if for_update:
         queryset = queryset.select_for_update()
     resource = queryset.first()
-    if resource is not None and resource.source_id not in (None, source.pk):
-        raise Conflict(
-            f"The resource id {resource_id!r} belongs to another source of this workspace.", field="resource_id"
-        )
+    access.require_document_of(source, resource)
     return resource
 
 
@@ -522,12 +520,14 @@ def fragment_ingest(
         fragment.agents.add(source.agent)
         for item in resources:
             external_id = resource_id_validated(item.get("id"))
-            resource, _ = Resource.objects.get_or_create(
-                tenant_id=source.tenant_id, external_id=external_id,
-                defaults={"title": checked_text(item.get("title"), field="title", max_chars=TITLE_MAX_CHARS),
-                          "uri": uri_validated(item.get("uri")), "source": source,
-                          "created_at": item.get("created_at") or created_at},
-            )
+            # A source links its own documents only (another source's is a Conflict).
+            resource = _resource_of_source(source, external_id, for_update=True)
+            if resource is None:
+                resource = Resource.objects.create(
+                    tenant_id=source.tenant_id, external_id=external_id, source=source,
+                    title=checked_text(item.get("title"), field="title", max_chars=TITLE_MAX_CHARS),
+                    uri=uri_validated(item.get("uri")), created_at=item.get("created_at") or created_at,
+                )
             fragment.resources.add(resource)
         enrichment_enqueue(fragment_ids=[str(fragment.pk)])
     return fragment, True

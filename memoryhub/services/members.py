@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from django.contrib.auth import password_validation
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from memoryhub import access
@@ -77,7 +77,12 @@ def member_add(
     else:
         user.set_password(_validated_password(password, user))
     granted = roles_named(tenant, roles)
-    user.save()
+    try:
+        with transaction.atomic():
+            user.save()
+    except IntegrityError:
+        # Someone added the same name a moment ago (the unique index decided).
+        raise Conflict(f"{username!r} is already a member of this workspace.", field="username") from None
     membership = Membership.objects.create(tenant=tenant, user=user, is_admin=is_admin)
     membership.roles.set(granted)
     return user

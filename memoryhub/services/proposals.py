@@ -35,7 +35,7 @@ from django.utils import timezone
 from contract import limits
 from memoryhub import access
 from memoryhub.access import Caller
-from memoryhub.errors import Conflict, MemoryhubError, NotFound
+from memoryhub.errors import Conflict, MemoryhubError, NotFound, PermissionDenied
 from memoryhub.models import Proposal
 from memoryhub.services.arguments import checked_text
 from memoryhub.services.privacy import privacy_explanation, privacy_findings
@@ -66,7 +66,8 @@ def proposal_park(
     *, caller: Caller, content: str, session_id: str = "", resource: str = "", now: dt.datetime | None = None
 ) -> WriteOutcome:
     """Park an agent's write (called by services.fragments.fragment_write)."""
-    assert caller.agent is not None
+    if caller.agent is None:
+        raise PermissionDenied("Only an agent's write is parked as a proposal.")
     now = now or timezone.now()
     results = []
     parked = []
@@ -167,7 +168,7 @@ def proposals_pending(*, caller: Caller) -> QuerySet[Proposal]:
 def proposals_pending_count(*, caller: Caller) -> int | None:
     """How many proposals wait, for a person's home page; None for someone who
     does not review (they are not told)."""
-    if not access.is_admin(caller) or caller.kind == "agent":
+    if not access.is_reviewer(caller):
         return None
     return proposals_pending(caller=caller).count()
 
@@ -243,7 +244,7 @@ def proposals_preview(
     # the write pipeline's per-agent lock is released when it ends.
     with transaction.atomic():
         for proposal in proposals:
-            if proposal.tenant_id != caller.tenant.pk or proposal.state != Proposal.State.PENDING:
+            if not access.may_review(caller, proposal) or proposal.state != Proposal.State.PENDING:
                 continue
             edited = contents.get(proposal.pk)
             content = edited if edited is not None else proposal.content

@@ -3,9 +3,9 @@ contributed it and the documents it is about.
 
 A document's title and URI are shown only to a reader who may read that
 document now (memoryhub.access.readable_documents): a shared fragment's own
-documents always (reading the fragment is reading part of the document); a
-private fragment's linked document only while the reader may read a live
-fragment of it. Otherwise the reader sees the id the writer gave and nothing
+documents (those its source sent with it) always, since reading the fragment is
+reading part of the document; any other linked document only while the reader
+may read a live fragment of it. Otherwise the reader sees the id the writer gave and nothing
 else, exactly as for a document that does not exist.
 """
 
@@ -40,9 +40,13 @@ def provenance_for(
     """Provenance of each fragment (loaded with access.with_access_facts) for
     `reader`; at most one query, for private fragments that link documents."""
     fragments = list(fragments)
+    def own_document(fragment: Fragment, resource) -> bool:  # type: ignore[no-untyped-def]
+        # A shared fragment's own documents: its source sent them with it.
+        return fragment.collection_id is not None and resource.source_id == fragment.source_id
+
     private_links = {
-        resource.pk for fragment in fragments if fragment.collection_id is None
-        for resource in fragment.resources.all()
+        resource.pk for fragment in fragments for resource in fragment.resources.all()
+        if not own_document(fragment, resource)
     }
     readable = access.readable_documents(reader, private_links, named_agent_ids=named_agent_ids,
                                          audience=audience) if private_links else frozenset()
@@ -52,7 +56,7 @@ def provenance_for(
         if fragment.source is not None:
             agents.add(fragment.source.agent.name)
         linked = sorted(fragment.resources.all(), key=lambda resource: resource.external_id)
-        shown = [r for r in linked if fragment.collection_id is not None or r.pk in readable]
+        shown = [r for r in linked if own_document(fragment, r) or r.pk in readable]
         if shown:
             documents = tuple(DocumentRef(id=r.external_id, title=r.title, uri=r.uri) for r in shown)
         elif fragment.resource_ref:

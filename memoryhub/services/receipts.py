@@ -14,7 +14,6 @@ receipt exists.
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -27,10 +26,17 @@ from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import MemoryhubError, NotFound
 from memoryhub.models import Fragment, Receipt
-from memoryhub.services.arguments import checked_text
+from memoryhub.services.arguments import checked_text, uuid_or_none
 from memoryhub.services.fragments import FragmentView, fragment_views
 from memoryhub.services.paging import Page, keyset_page
-from memoryhub.services.search import Deadline, ResultBudget, SearchRequest, is_cancelled, search_execute
+from memoryhub.services.search import (
+    Deadline,
+    ResultBudget,
+    SearchRequest,
+    budget_named,
+    is_cancelled,
+    search_execute,
+)
 
 RECEIPT_NOT_YOURS = "No receipt with this id is yours to replay; you can reopen only receipts of your own reads."
 
@@ -74,14 +80,14 @@ def receipt_get(*, caller: Caller, receipt_id: str) -> Receipt:
 
 
 def receipt_replay(
-    *, caller: Caller, receipt_id: str, deadline_seconds: float | None = None, budget: ResultBudget | None = None,
+    *, caller: Caller, receipt_id: str, deadline_seconds: float | None = None,
 ) -> ReceiptReplay:
-    """memory_receipt. `budget` is the asking interface's result budget; it is
-    applied when the original read was cut to a budget of the same name."""
+    """memory_receipt: the identical read again, cut to the result budget the
+    original was cut to (by name, memoryhub.services.search.budget_named)."""
     receipt = receipt_get(caller=caller, receipt_id=receipt_id)
     replay_as_of = receipt.as_of if receipt.as_of_explicit else timezone.now()
     replay = ReceiptReplay(receipt=receipt, reader=caller.display_name, replayed_as_of=replay_as_of)
-    same_budget = budget if budget is not None and receipt.budget and budget.name == receipt.budget else None
+    same_budget = budget_named(receipt.budget)
     try:
         replay.served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds, same_budget)
     except MemoryhubError as exc:
@@ -120,17 +126,10 @@ def receipt_fragments(*, caller: Caller, fragment_ids: Iterable[str]) -> dict[st
     caller's own (with their state) and whatever they may read now. A fragment
     they can no longer see stays an id: a receipt never widens today's rights."""
     access.require_person(caller, what="reopen receipts")
-    pks = [pk for pk in (_uuid_or_none(value) for value in fragment_ids) if pk is not None]
+    pks = [pk for pk in (uuid_or_none(value) for value in fragment_ids) if pk is not None]
     if not pks:
         return {}
     candidates = access.with_access_facts(Fragment.objects.filter(tenant=caller.tenant, pk__in=pks)).select_related(
         "collection").defer("embedding")
     shown = access.fragments_shown_to(caller, candidates)
     return {str(view.fragment.pk): view for view in fragment_views(caller, shown)}
-
-
-def _uuid_or_none(value: object) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None

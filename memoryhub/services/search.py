@@ -271,6 +271,20 @@ class ResultBudget(Protocol):
         ...
 
 
+_BUDGETS: dict[str, ResultBudget] = {}
+
+
+def budget_register(budget: ResultBudget) -> ResultBudget:
+    """Make an interface's result budget known by name, so a replay of a read
+    that was cut to it is cut the same way, whoever replays it."""
+    _BUDGETS[budget.name] = budget
+    return budget
+
+
+def budget_named(name: str) -> ResultBudget | None:
+    return _BUDGETS.get(name) if name else None
+
+
 # --------------------------------------------------------------------------- the service
 
 

@@ -16,6 +16,8 @@ from memoryhub.services.agents import (
     AgentCredentials,
     agent_name,
     client_credentials_application,
+    credentials_end,
+    credentials_rotate,
     name_taken,
 )
 from memoryhub.services.collections import collection_get
@@ -58,3 +60,18 @@ def source_register(
     source = Source.objects.create(tenant=tenant, agent=agent, kind=(kind or "documents")[:SOURCE_KIND_MAX_CHARS],
                                    default_collection=default_collection)
     return source, AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)
+
+
+@transaction.atomic
+def source_rotate_secret(*, caller: Caller, name: str) -> AgentCredentials:
+    """A new secret for a connected source (shown once); the old one and its tokens stop working now."""
+    return credentials_rotate(source_get(caller=caller, name=name).agent)
+
+
+@transaction.atomic
+def source_revoke(*, caller: Caller, name: str) -> Source:
+    """End a connected source for good: its client and tokens are deleted; what it
+    contributed stays, attributed to it, and stays governed by the access rules."""
+    source = source_get(caller=caller, name=name)
+    credentials_end(source.agent)
+    return source

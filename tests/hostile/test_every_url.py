@@ -133,14 +133,16 @@ def odd_requests(route: Route) -> Iterator[tuple[str, str, dict]]:
         if kind in ("str", "path", "slug"):
             yield "get", route.url(**{name: long}), {}
     url = route.url()
-    for value in (long, "-1", "99999999999999999999999999", "%ff%fe"):
+    for value in (long, "-1", "99999999999999999999999999", "%ff%fe", "0001-01-01T00:00:00%2B01:00"):
         query = "&".join(f"{name}={value}" for name in PARAMETERS)
         yield "get", f"{url}?{query}", {}
         yield "post", url, {"data": {name: value for name in PARAMETERS}}
-    for value in (long, -1, None, {"a": 1}):
+    for value in (long, -1, None, {"a": 1}, "0001-01-01T00:00:00+01:00"):
         yield "post", url, {"data": json.dumps({name: value for name in PARAMETERS + JSON_FIELDS}),
                             "content_type": "application/json"}
     yield "post", url, {"data": "[1, 2", "content_type": "application/json"}
+    yield "post", url, {"data": "[" * 5000 + "]" * 5000, "content_type": "application/json"}
+    yield "post", url, {"data": '{"a": ' * 3000 + "1" + "}" * 3000, "content_type": "application/json"}
     yield "post", url, {"data": b"\xff\xfe\x00", "content_type": "application/json"}
 
 

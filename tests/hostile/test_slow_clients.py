@@ -157,3 +157,37 @@ def test_fifty_slow_clients_do_not_stop_a_normal_client(server):
             stop.set()
     # Answers came while the slow connections were open (no timed bound: speed lives in bench/).
     assert len(latencies) == 20
+
+
+def test_a_tool_call_whose_body_never_finishes_is_never_run(server, live_people):
+    """A complete JSON-RPC write sent chunked without its last chunk: the client
+    gets its 408 and the write does not happen afterwards behind its back."""
+    import json as _json
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken, Application, set_token_value
+
+    from memoryhub.models import Fragment, IdempotencyRecord
+    from tests.mcpapi.rpc_http import modern_headers, modern_request
+
+    application = Application.objects.create(
+        name="slow", client_type=Application.CLIENT_PUBLIC,
+        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris="http://127.0.0.1:9/cb")
+    raw = "slow-writer-token-" + "x" * 12
+    token = AccessToken(application=application, user=live_people.bruno, scope="memory.read memory.write",
+                        resource=[f"{server.url}/mcp"], expires=timezone.now() + timedelta(minutes=15))
+    set_token_value(token, raw)
+    token.save()
+    body = _json.dumps(modern_request("tools/call", {"name": "memory_write",
+                                                     "arguments": {"content": "Never finished."}})).encode()
+    headers = {**modern_headers("tools/call", "memory_write", raw), "Host": "127.0.0.1",
+               "Transfer-Encoding": "chunked"}
+    sock = connect(server.url)
+    sock.sendall(b"POST /mcp HTTP/1.1\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items())
+                 + b"\r\n" + b"%x\r\n%s\r\n" % (len(body), body))
+    answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+    time.sleep(1.0)
+    assert not Fragment.objects.filter(owner_user=live_people.bruno).exists()
+    assert not IdempotencyRecord.objects.exists()

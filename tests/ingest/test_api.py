@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx2
 
 from memoryhub.models import Fragment, Resource
-from memoryhub.services import agents
+from memoryhub.services import sources
 from tests.ingest.conftest import client_credentials_token, doc
 
 HANDBOOK = "# Deploys\n\nShip on Tuesdays.\n\n# Rollbacks\n\nRevert the release tag and page the on-call."
@@ -111,7 +111,7 @@ def test_a_revoked_source_is_locked_out(wiki_api, live_people):
     assert wiki_api.upsert(doc("a.md")).status_code == 201
     # No caller-first service revokes a connected source (agents.agent_revoke is for
     # assistants only): end its credentials the way agent_revoke does.
-    agents.credentials_end(live_people.wiki.agent)
+    sources.source_revoke(caller=live_people.system(), name="wiki")
     assert wiki_api.upsert(doc("b.md")).status_code == 401
     credentials = live_people.wiki_credentials
     assert client_credentials_token(wiki_api.base_url, credentials.client_id, credentials.client_secret

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from memoryhub.models import Fragment, Resource
-from memoryhub.services import agents, ingest
+from memoryhub.services import ingest, sources
 
 MTIME = dt.datetime(2026, 2, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -194,7 +194,7 @@ def test_it_acts_as_the_admin_it_names(people, folder):
 
 
 def test_a_revoked_source_cannot_be_fed(people, folder):
-    agents.credentials_end(people.wiki.agent)
+    sources.source_revoke(caller=people.system(), name="wiki")
     with pytest.raises(CommandError, match="The source 'wiki' has been revoked."):
         call_command("ingest", "acme", "wiki", str(folder), "--no-progress")
     assert not Resource.objects.exists()

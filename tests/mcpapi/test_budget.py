@@ -228,7 +228,7 @@ def test_a_search_of_50_fragments_of_4_kib_fits_128_kib_and_its_receipt_says_so(
     assert receipt.served == served == [fragment["id"] for fragment in output["fragments"]]
     assert receipt.budget == SEARCH_RESULT_BUDGET.name
     # A replay through the same interface applies the same budget: the same fragments.
-    replay = receipt_replay(caller=bruno, receipt_id=fitted.receipt_id, budget=SEARCH_RESULT_BUDGET)
+    replay = receipt_replay(caller=bruno, receipt_id=fitted.receipt_id)
     assert (replay.replayed, replay.served_then, replay.served_now) == (True, served, served)
     assert (replay.missing_now, replay.extra_now) == ([], [])
 

@@ -43,14 +43,14 @@ def _values(caller, query, **kwargs) -> list[str]:
 
 def test_seeding_twice_adds_nothing_the_second_time(demo):
     expected = sum(len(facts) for facts in PRIVATE.values()) + sum(len(items) for _, _, items in SHARED.values())
-    assert demo_memory_seed(tenant=demo) == expected
-    assert demo_memory_seed(tenant=demo) == 0
+    assert demo_memory_seed(caller=access.system_caller(tenant=demo)) == expected
+    assert demo_memory_seed(caller=access.system_caller(tenant=demo)) == 0
     assert Proposal.objects.filter(agent=Agent.objects.get(tenant=demo, name="triage-bot")).count() == 1
     assert not Fragment.objects.filter(tenant=demo, embedding__isnull=True).exists()
 
 
 def test_the_demo_memory_obeys_the_access_rules(demo):
-    demo_memory_seed(tenant=demo)
+    demo_memory_seed(caller=access.system_caller(tenant=demo))
     bruno, chloe, ada = (_caller(demo, name) for name in ("bruno", "chloe", "ada"))
     restart = fragments_search(caller=bruno, query="how do I restart the payments service?")
     assert "kubectl rollout restart" in restart.hits[0].fragment.value

@@ -111,11 +111,11 @@ def test_probe_reads_under_the_principals_rights(bruno, monkeypatch):
     assert run(client.probe(_principal(bruno))) == "ready"
     assert run(client.probe(_principal(bruno, tenant="00000000-0000-0000-0000-000000000000"))) == "unavailable"
 
-    from memoryhub.mcp_adapter import client as adapter
+    from memoryhub import embeddings
 
     def broken():
         raise RuntimeError("no model")
 
-    monkeypatch.setattr(adapter, "get_embedder", broken)
+    monkeypatch.setattr(embeddings, "get_embedder", broken)
     # Search would still answer (lexically): degraded, not unavailable.
     assert run(client.probe(_principal(bruno))) == "degraded"

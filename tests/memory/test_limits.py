@@ -126,3 +126,13 @@ def test_text_postgresql_cannot_store_is_refused_naming_the_field(bruno, unstora
     _refused("content", lambda: fragment_write(caller=bruno, content=unstorable))
     _refused("session_id", lambda: fragment_write(caller=bruno, content="Lunch is at noon.", session_id=unstorable))
     _refused("receipt_id", lambda: receipt_replay(caller=bruno, receipt_id=unstorable))
+
+
+@pytest.mark.parametrize("instant", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_an_instant_outside_what_utc_can_hold_is_refused_naming_the_field(instant):
+    from memoryhub.errors import InvalidArgument
+    from memoryhub.services.arguments import checked_instant
+
+    with pytest.raises(InvalidArgument) as refused:
+        checked_instant(instant, field="as_of")
+    assert refused.value.field == "as_of"

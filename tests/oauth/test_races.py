@@ -140,3 +140,13 @@ def test_an_unknown_code_revokes_nothing(live_people, client_app, asgi_server):
     stranger = post_token(base, redeem(base, client_app, "not-a-code-we-issued", verifier))
     assert (stranger.status_code, stranger.json()["error"]) == (400, "invalid_grant")
     assert works_at_mcp(base, tokens["access_token"])
+
+
+def test_a_spent_code_without_its_verifier_revokes_nothing(live_people, client_app, asgi_server):
+    """Someone who saw a spent code, but not its PKCE verifier, cannot end its holder's session with it."""
+    base = asgi_server.url
+    code, verifier = code_for(live_people, client_app, base)
+    tokens = post_token(base, redeem(base, client_app, code, verifier)).json()
+    replay = post_token(base, redeem(base, client_app, code, "a-verifier-the-attacker-made-up-" + "x" * 20))
+    assert (replay.status_code, replay.json()["error"]) == (400, "invalid_grant")
+    assert works_at_mcp(base, tokens["access_token"])

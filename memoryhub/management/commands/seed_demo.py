@@ -73,7 +73,7 @@ class Command(BaseCommand):
                 "client_secret": lines["client_secret"].split()[0].strip(),
             }
 
-        created = demo_memory_seed(tenant=tenant)
+        created = demo_memory_seed(caller=system)
 
         saved["password"] = password
         credentials_file.write_text(json.dumps(saved, indent=2))
