@@ -44,3 +44,12 @@ class Conflict(MemoryhubError):
 class DeadlineExceeded(MemoryhubError):
     code = "deadline_exceeded"
     status = 504
+
+
+def is_unavailable(exception: BaseException) -> bool:
+    """A database or Redis that cannot be reached right now (not a bug)."""
+    from django.db import InterfaceError, OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return isinstance(exception, OperationalError | InterfaceError | RedisConnectionError | RedisTimeoutError)

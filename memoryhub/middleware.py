@@ -141,6 +141,6 @@ def refusal(request: HttpRequest, field: str, message: str, status: int = 400) -
     if path.startswith(("/o/", "/.well-known/")):
         return JsonResponse({"error": "invalid_request", "error_description": message}, status=status)
     if path.startswith(("/api/", "/internal/")):
-        code = "invalid_argument" if status == 400 else "request_refused"
+        code = {400: "invalid_argument", 503: "unavailable"}.get(status, "request_refused")
         return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
     return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")

@@ -23,7 +23,7 @@ from django.db import close_old_connections
 from mcpapi.client import MemoryServiceError, Principal
 from mcpapi.observe import REQUEST_ID as MCP_REQUEST_ID
 from memoryhub import access
-from memoryhub.errors import MemoryhubError
+from memoryhub.errors import MemoryhubError, is_unavailable
 from memoryhub.mcp_adapter import render
 from memoryhub.observability import REQUEST_ID
 from memoryhub.services.fragments import fragment_write
@@ -66,6 +66,11 @@ class InProcessMemoryClient:
                 return work()
             except MemoryhubError as exc:
                 raise MemoryServiceError(exc.code, exc.message) from exc
+            except Exception as exc:
+                if is_unavailable(exc):
+                    raise MemoryServiceError(
+                        "unavailable", "Memory is briefly unavailable; retry in a few seconds.") from exc
+                raise
             finally:
                 # Worker threads are pooled: give back what CONN_MAX_AGE says not to keep.
                 close_old_connections()
