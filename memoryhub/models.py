@@ -214,6 +214,30 @@ class Resource(models.Model):
         return self.title or self.external_id
 
 
+class SearchDocument(models.Func):
+    """What full-text search indexes of a fragment: its own words (weight A)
+    and its context (weight B), in the workspace's text search configuration."""
+
+    output_field = SearchVectorField()
+
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[no-untyped-def]
+        parts, params = [], []
+        for expression, weight in zip(self.get_source_expressions(), "AB", strict=True):
+            sql, more = compiler.compile(expression)
+            parts.append(f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce({sql}, '')), '{weight}')")
+            params.extend(more)
+        return " || ".join(parts), params
+
+
+# The words of a search vector (each lexeme's positions), as an immutable SQL
+# function a generated column may call; created by migration 0007.
+TSVECTOR_WORDS_FUNCTION = """
+CREATE OR REPLACE FUNCTION memoryhub_tsvector_words(tsvector) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT coalesce(sum(coalesce(array_length(positions, 1), 1)), 0)::integer FROM unnest($1) $$
+"""
+
+
 class Fragment(models.Model):
     class Retired(models.TextChoices):
         SUPERSEDED = "superseded", "Superseded"
@@ -260,13 +284,25 @@ class Fragment(models.Model):
     linked_at = models.DateTimeField(
         null=True, blank=True, help_text="When tier 2 decided the link of resource_ref (linked or not)."
     )
+    context = models.TextField(
+        blank=True, default="", db_default="",
+        help_text="Where the fragment sits (its date, its document's title, the turn before it): searched, never "
+                  "served.",
+    )
+    position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Its place in its document (turn or chunk order), when it came from one."
+    )
+    # The fragment's own words weigh A, its context B (the lexical ranker reads the weights).
     search_vector = models.GeneratedField(
-        expression=models.Func(
-            models.F("value"),
-            template=f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(%(expressions)s, ''))",
-            output_field=SearchVectorField(),
-        ),
+        expression=SearchDocument(models.F("value"), models.F("context")),
         output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    # How many words the search vector holds (the lexical ranker's document length).
+    search_length = models.GeneratedField(
+        expression=models.Func(SearchDocument(models.F("value"), models.F("context")),
+                               function="memoryhub_tsvector_words", output_field=models.IntegerField()),
+        output_field=models.IntegerField(),
         db_persist=True,
     )
 

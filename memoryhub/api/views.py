@@ -94,6 +94,11 @@ class IngestAPIView(APIView):
 # that knows the limits; these describe the same limits to OpenAPI.
 
 
+class TurnIn(serializers.Serializer):
+    speaker = serializers.CharField(max_length=ingest.SPEAKER_MAX_CHARS, help_text="Who said it.")
+    text = serializers.CharField(max_length=ingest.TEXT_MAX_CHARS, help_text="What they said.")
+
+
 class DocumentIn(serializers.Serializer):
     resource_id = serializers.CharField(max_length=ingest.RESOURCE_ID_MAX_CHARS,
                                         help_text="The document's id in the source. Unique per workspace.")
@@ -109,8 +114,14 @@ class DocumentIn(serializers.Serializer):
         max_length=ingest.COLLECTION_MAX_CHARS, required=False, allow_null=True,
         help_text="A collection of the workspace. Default: the source's default collection.")
     text = serializers.CharField(
-        max_length=ingest.TEXT_MAX_CHARS,
-        help_text=f"The whole document. Split into fragments of at most {ingest.CHUNK_MAX_CHARS} characters.")
+        max_length=ingest.TEXT_MAX_CHARS, required=False,
+        help_text=f"The whole document (or send turns instead). Split into fragments of at most "
+                  f"{ingest.CHUNK_MAX_CHARS} characters.")
+    turns = serializers.ListField(
+        child=TurnIn(), required=False, min_length=1, max_length=ingest.TURNS_MAX_ITEMS,
+        help_text="A conversation, instead of text: its turns in order. Each turn is one fragment, "
+                  "'Speaker: text', searchable with its date, the document's title and the turn before it. "
+                  f"Speakers and texts together at most {ingest.TEXT_MAX_CHARS} characters.")
 
 
 class UpsertOut(serializers.Serializer):

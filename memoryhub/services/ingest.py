@@ -6,13 +6,20 @@ lines, then sentences, then words), and each fragment is stored in the
 document's collection, attributed to the source as its agent, linked to the
 document as its resource and dated with the source's own created_at.
 
+A document is either text (split as above) or a conversation's `turns`
+(speaker and text each): every turn is one fragment, "Speaker: text", in
+order; a turn over the bound is cut like a paragraph, each piece keeping its
+speaker. Every fragment keeps its place in its document (`position`) and a
+searchable context (memoryhub.services.indexing: its date, the document's
+title and, for a turn, the turn before it), searched but never served.
+
 A document is all or nothing: it is validated whole before anything is
 written, and written in one transaction.
 
-- Upsert. The document's content hash (its text, collection, created_at and
-  the chunker's version) is compared with the stored one: the same document
-  sent again changes nothing. Otherwise fragments whose text is unchanged are
-  kept, the others are retired at this instant and the new ones recorded at
+- Upsert. The document's content hash (its text or turns, collection,
+  created_at and the chunker's version) is compared with the stored one: the
+  same document sent again changes nothing. Otherwise fragments whose text,
+  place and context are unchanged are kept, the others are retired at this instant and the new ones recorded at
   the same instant, so an as-of read of the past still sees the old text and
   a read of now sees only the new. Title and URI live on the resource and are
   updated in place.
@@ -47,6 +54,7 @@ from memoryhub.errors import InvalidArgument, NotFound
 from memoryhub.models import Collection, Fragment, Resource, Source
 from memoryhub.services.arguments import checked_instant, checked_text
 from memoryhub.services.enrichment import embedding_enqueue, enrichment_enqueue
+from memoryhub.services.indexing import fragment_context
 from memoryhub.services.write import fact_hash, subject_of
 
 logger = logging.getLogger("memoryhub.ingest")
@@ -72,7 +80,12 @@ CREATED_AT_MAX_AHEAD: Final = dt.timedelta(hours=24)
 # embedder reads before it truncates.
 CHUNK_MAX_CHARS: Final = 1000
 # Part of the content hash: a new chunker re-splits documents on their next upsert.
-CHUNKER_VERSION: Final = 1
+# 2: fragments keep their position and context (turns, dates, titles).
+CHUNKER_VERSION: Final = 2
+# A conversation document: at most this many turns, each speaker named in at
+# most SPEAKER_MAX_CHARS; speakers and texts together stay within TEXT_MAX_CHARS.
+TURNS_MAX_ITEMS: Final = 5000
+SPEAKER_MAX_CHARS: Final = 100
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _FENCE = re.compile(r"^\s{0,3}(```|~~~)")
@@ -176,12 +189,19 @@ def chunk_hash(value: str) -> str:
 
 # ---------------------------------------------------------------- documents
 
-DOCUMENT_FIELDS: Final = ("resource_id", "title", "uri", "created_at", "collection", "text")
+DOCUMENT_FIELDS: Final = ("resource_id", "title", "uri", "created_at", "collection", "text", "turns")
+TURN_FIELDS: Final = ("speaker", "text")
+
+
+@dataclass(frozen=True)
+class Turn:
+    speaker: str
+    text: str
 
 
 @dataclass(frozen=True)
 class Document:
-    """A validated document as a source sent it."""
+    """A validated document as a source sent it: text, or a conversation's turns."""
 
     resource_id: str
     title: str
@@ -189,17 +209,50 @@ class Document:
     created_at: dt.datetime | None
     collection: str | None
     text: str
+    turns: tuple[Turn, ...] = ()
 
     @property
     def content_hash(self) -> str:
         """What decides whether the fragments must change (title and URI do not)."""
-        payload = {
+        payload: dict[str, Any] = {
             "chunker": CHUNKER_VERSION,
             "collection": self.collection,
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "text": self.text,
         }
+        if self.turns:
+            payload["turns"] = [[turn.speaker, turn.text] for turn in self.turns]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One fragment a document splits into: its value, its place, its context."""
+
+    value: str
+    position: int
+    context: str
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        return chunk_hash(self.value), self.position, self.context
+
+
+def document_pieces(document: Document, *, created_at: dt.datetime) -> list[Piece]:
+    """The fragments `document` splits into, in order."""
+    if not document.turns:
+        context = fragment_context(created_at=created_at, title=document.title)
+        return [Piece(chunk, position, context) for position, chunk in enumerate(chunk_text(document.text))]
+    pieces: list[Piece] = []
+    before = ""
+    for turn in document.turns:
+        prefix = f"{turn.speaker}: "
+        for part in _fit(turn.text, CHUNK_MAX_CHARS - len(prefix), level=0):
+            value = prefix + part
+            pieces.append(Piece(value, len(pieces),
+                                fragment_context(created_at=created_at, title=document.title, before=before)))
+            before = value
+    return pieces
 
 
 def resource_id_validated(value: Any) -> str:
@@ -221,9 +274,38 @@ def uri_validated(value: Any) -> str:
     return uri
 
 
+def turns_validated(value: Any) -> tuple[Turn, ...]:
+    """A conversation's turns: a non-empty list of {speaker, text}; errors name
+    the item (`turns[3].text`)."""
+    if not isinstance(value, list) or not value:
+        raise InvalidArgument("turns must be a non-empty list of {speaker, text} objects.", field="turns")
+    if len(value) > TURNS_MAX_ITEMS:
+        raise InvalidArgument(f"turns has {len(value)} items; the limit is {TURNS_MAX_ITEMS}.", field="turns")
+    turns: list[Turn] = []
+    total = 0
+    for index, item in enumerate(value):
+        where = f"turns[{index}]"
+        if not isinstance(item, dict):
+            raise InvalidArgument(f"{where} must be an object with speaker and text.", field=where)
+        unknown = sorted(set(item) - set(TURN_FIELDS))
+        if unknown:
+            raise InvalidArgument(f"{where} has unknown field {unknown[0]!r}; a turn has speaker and text.",
+                                  field=f"{where}.{unknown[0]}")
+        speaker = checked_text(item.get("speaker"), field=f"{where}.speaker", max_chars=SPEAKER_MAX_CHARS,
+                               required=True).strip()
+        text = checked_text(item.get("text"), field=f"{where}.text", max_chars=TEXT_MAX_CHARS, required=True)
+        total += len(speaker) + len(text)
+        if total > TEXT_MAX_CHARS:
+            raise InvalidArgument(
+                f"turns hold more than {TEXT_MAX_CHARS} characters (speakers and texts together); split the "
+                "conversation into documents.", field=where)
+        turns.append(Turn(speaker, text.strip()))
+    return tuple(turns)
+
+
 def document_validated(
     *, resource_id: Any = None, text: Any = None, title: Any = None, uri: Any = None, created_at: Any = None,
-    collection: Any = None, now: dt.datetime | None = None,
+    collection: Any = None, turns: Any = None, now: dt.datetime | None = None,
 ) -> Document:
     """Every field checked against its limit; InvalidArgument names the first one wrong."""
     now = now or timezone.now()
@@ -236,13 +318,19 @@ def document_validated(
         )
     if collection is not None:
         collection = checked_text(collection, field="collection", max_chars=COLLECTION_MAX_CHARS, required=True)
+    resource_id = resource_id_validated(resource_id)
+    if turns is not None and text is not None:
+        raise InvalidArgument("A document has text or turns, not both.", field="turns")
+    if turns is None and text is None:
+        raise InvalidArgument("A document needs its text, or a conversation's turns.", field="text")
     return Document(
-        resource_id=resource_id_validated(resource_id),
+        resource_id=resource_id,
         title=checked_text(title, field="title", max_chars=TITLE_MAX_CHARS).strip(),
         uri=uri_validated(uri),
         created_at=instant,
         collection=collection,
-        text=checked_text(text, field="text", max_chars=TEXT_MAX_CHARS, required=True),
+        text="" if turns is not None else checked_text(text, field="text", max_chars=TEXT_MAX_CHARS, required=True),
+        turns=turns_validated(turns) if turns is not None else (),
     )
 
 
@@ -315,12 +403,14 @@ def document_upsert(*, source: Source, document: Document, now: dt.datetime | No
         _lock_document(source, document.resource_id)
         now = now or timezone.now()
         resource = _resource_of_source(source, document.resource_id, for_update=True)
-        live = list(_live_fragments(source, resource).only("pk", "content_hash", "collection_id", "created_at")) \
-            if resource is not None else []
+        live = list(_live_fragments(source, resource).only(
+            "pk", "content_hash", "collection_id", "created_at", "position", "context")) if resource is not None else []
         if resource is not None and resource.deleted_at is None and resource.content_hash == content_hash:
             if (resource.title, resource.uri) == (document.title, document.uri):
                 return UpsertResult(document.resource_id, "unchanged", collection.name, content_hash, len(live),
                                     added=0, kept=len(live), retired=0)
+            if resource.title != document.title:
+                _contexts_renew(live, document)
             resource.title, resource.uri, resource.updated_at = document.title, document.uri, now
             resource.save(update_fields=["title", "uri", "updated_at"])
             return UpsertResult(document.resource_id, "updated", collection.name, content_hash, len(live),
@@ -336,22 +426,23 @@ def document_upsert(*, source: Source, document: Document, now: dt.datetime | No
         resource.content_hash, resource.updated_at, resource.deleted_at = content_hash, now, None
         resource.save()
 
-        chunks = {chunk_hash(chunk): chunk for chunk in chunk_text(document.text)}
+        pieces = {piece.key: piece for piece in document_pieces(document, created_at=document.created_at or now)}
         keep: set = set()
         for fragment in live:
             same_home = fragment.collection_id == collection.pk and (
                 document.created_at is None or fragment.created_at == document.created_at
             )
-            if same_home and fragment.content_hash in chunks:
+            key = (fragment.content_hash, fragment.position, fragment.context)
+            if same_home and key in pieces:
                 keep.add(fragment.pk)
-                chunks.pop(fragment.content_hash)
+                pieces.pop(key)
         retire = [fragment.pk for fragment in live if fragment.pk not in keep]
         if retire:
             Fragment.objects.filter(pk__in=retire).update(
                 retired_at=now, retired_reason=Fragment.Retired.SUPERSEDED
             )
         added = _fragments_create(
-            source=source, resource=resource, collection=collection, chunks=chunks,
+            source=source, resource=resource, collection=collection, pieces=list(pieces.values()),
             created_at=document.created_at or now, now=now,
         )
         if any(fragment.embedding is None for fragment in added):
@@ -360,17 +451,34 @@ def document_upsert(*, source: Source, document: Document, now: dt.datetime | No
                         added=len(added), kept=len(keep), retired=len(retire))
 
 
+def _contexts_renew(live: list[Fragment], document: Document) -> None:
+    """A document's title changed, not its content: its fragments' contexts
+    (which hold the title) follow, in place; a context is never served, so
+    reads of the past are unaffected."""
+    pieces_at: dict[dt.datetime, list[Piece]] = {}
+    changed = []
+    for fragment in live:
+        if fragment.created_at not in pieces_at:
+            pieces_at[fragment.created_at] = document_pieces(document, created_at=fragment.created_at)
+        pieces = pieces_at[fragment.created_at]
+        if fragment.position is not None and fragment.position < len(pieces):
+            fragment.context = pieces[fragment.position].context
+            changed.append(fragment)
+    Fragment.objects.bulk_update(changed, ["context"])
+
+
 def _fragments_create(
-    *, source: Source, resource: Resource, collection: Collection, chunks: dict[str, str], created_at: dt.datetime,
+    *, source: Source, resource: Resource, collection: Collection, pieces: list[Piece], created_at: dt.datetime,
     now: dt.datetime,
 ) -> list[Fragment]:
-    if not chunks:
+    if not pieces:
         return []
+    hashes = list({chunk_hash(piece.value) for piece in pieces})
     # The same text embedded before for this source (a moved or re-dated
     # document, a restored one, shared boilerplate) takes that vector: an
     # embedding is keyed by the content hash.
     known = dict(
-        Fragment.objects.filter(source=source, content_hash__in=list(chunks), embedding__isnull=False)
+        Fragment.objects.filter(source=source, content_hash__in=hashes, embedding__isnull=False)
         .order_by("content_hash").distinct("content_hash").values_list("content_hash", "embedding")
     )
     application = source.agent.application if source.agent.application_id else None
@@ -379,7 +487,9 @@ def _fragments_create(
             tenant_id=source.tenant_id,
             collection=collection,
             source=source,
-            value=value,
+            value=piece.value,
+            context=piece.context,
+            position=piece.position,
             confidence=1.0,
             grounding_status=Fragment.Grounding.GROUNDED,
             created_at=created_at,
@@ -389,7 +499,8 @@ def _fragments_create(
             embedding=known.get(digest),
             embedded_at=now if digest in known else None,
         )
-        for digest, value in chunks.items()
+        for piece in pieces
+        for digest in [chunk_hash(piece.value)]
     ]
     Fragment.objects.bulk_create(fragments)
     Fragment.agents.through.objects.bulk_create(
@@ -510,6 +621,7 @@ def fragment_ingest(
             collection=collection,
             source=source,
             value=value,
+            context=fragment_context(created_at=created_at or now),
             subject_key=subject_of(value),
             confidence=confidence,
             grounding_status=Fragment.Grounding.GROUNDED if resources else Fragment.Grounding.UNVERIFIED,

@@ -37,6 +37,7 @@ from pgvector.django import CosineDistance
 from memoryhub.embeddings import get_embedder
 from memoryhub.models import Agent, Fragment, Tenant, User
 from memoryhub.services.enrichment import enrichment_enqueue
+from memoryhub.services.indexing import fragment_context
 from memoryhub.services.privacy import privacy_explanation, privacy_findings
 
 logger = logging.getLogger("memoryhub.write")
@@ -414,6 +415,7 @@ def pipeline_run(
             owner_user=writer.user,
             owner_agent=writer.agent,
             value=text,
+            context=fragment_context(created_at=now),
             subject_key=subject_of(text),
             confidence=confidence,
             grounding_status=Fragment.Grounding.STATED,

@@ -143,4 +143,8 @@ def test_the_openapi_schema_describes_the_api_and_its_credentials(asgi_server):
                                                               ["scopes"]["ingest"]}
     document = schema["components"]["schemas"]["DocumentIn"]
     assert document["properties"]["text"]["maxLength"] == 262144
-    assert document["required"] == ["resource_id", "text"]
+    # text or turns (the service refuses neither and both with a 400 naming the field)
+    assert document["required"] == ["resource_id"]
+    turn = schema["components"]["schemas"]["TurnIn"]
+    assert document["properties"]["turns"]["maxItems"] == 5000
+    assert turn["required"] == ["speaker", "text"] and turn["properties"]["speaker"]["maxLength"] == 100

@@ -198,3 +198,22 @@ def test_a_revoked_source_cannot_be_fed(people, folder):
     with pytest.raises(CommandError, match="The source 'wiki' has been revoked."):
         call_command("ingest", "acme", "wiki", str(folder), "--no-progress")
     assert not Resource.objects.exists()
+
+
+def test_a_json_lines_export_of_conversations(people, tmp_path):
+    export = tmp_path / "chats.jsonl"
+    lines = [
+        {"resource_id": "chat-1", "title": "Standup", "created_at": "2026-01-05T09:00:00Z",
+         "turns": [{"speaker": "Ana", "text": "The deploy is blocked."}, {"speaker": "Ben", "text": "On what?"}]},
+        {"resource_id": "chat-2", "turns": [{"speaker": "Ana", "text": "hi", "mood": "ok"}]},
+        {"resource_id": "chat-3", "text": "both", "turns": [{"speaker": "Ana", "text": "hi"}]},
+    ]
+    export.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="2 documents were refused"):
+        call_command("ingest", "acme", "wiki", str(export), "--no-progress", stdout=out, stderr=err)
+    assert "line 2: turns[0] has unknown field 'mood'" in err.getvalue()
+    assert "line 3: A document has text or turns, not both." in err.getvalue()
+    values = list(Fragment.objects.filter(resources__external_id="chat-1").order_by("position")
+                  .values_list("value", flat=True))
+    assert values == ["Ana: The deploy is blocked.", "Ben: On what?"]

@@ -10,7 +10,8 @@ PATH is either
   file's modification time; or
 - a JSON Lines file (*.jsonl, *.ndjson): one document per line with the
   ingestion API's fields (resource_id, title, uri, created_at, collection,
-  text), or {"resource_id": ..., "deleted": true} to delete one.
+  text, or turns for a conversation), or {"resource_id": ..., "deleted": true}
+  to delete one.
 
 Idempotent and resumable: every document is written in its own transaction,
 and a document already stored with the same content is skipped before any
