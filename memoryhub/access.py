@@ -64,6 +64,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -830,6 +831,20 @@ def fragment_facts(fragment: Fragment) -> dict[str, Any]:
         "recorded_at": fragment.recorded_at,
         "retired_at": fragment.retired_at,
         "created_at": fragment.created_at,
+        **_link_facts(fragment),
+    }
+
+
+def _link_facts(fragment: Fragment) -> dict[str, Any]:
+    agent_ids = getattr(fragment, "facts_agent_ids", None)  # loaded with_access_facts(prefetch=False)
+    if agent_ids is not None:
+        kinds, external_ids = fragment.facts_agent_kinds, fragment.facts_resource_ids  # type: ignore[attr-defined]
+        return {
+            "agent_links": [{"agent_id": agent_id, "agent__kind": kind}
+                            for agent_id, kind in zip(agent_ids, kinds, strict=True)],
+            "resource_links": [{"resource__external_id": external_id} for external_id in external_ids],
+        }
+    return {
         "agent_links": [{"agent_id": a.pk, "agent__kind": a.kind} for a in fragment.agents.all()],
         "resource_links": [{"resource__external_id": r.external_id} for r in fragment.resources.all()],
     }
@@ -846,8 +861,21 @@ def _collection_facts(collection: Collection, instant: dt.datetime) -> dict[str,
     }
 
 
-def with_access_facts(queryset):  # type: ignore[no-untyped-def]
-    return queryset.select_related("source__agent").prefetch_related("agents", "resources")
+def with_access_facts(queryset, *, prefetch: bool = True):  # type: ignore[no-untyped-def]
+    """`queryset` with what `fragment_facts` reads, in the same statement or
+    prefetched. prefetch=False reads a fragment's agent and document links as
+    arrays in the same statement (far cheaper for a search's hundreds of
+    candidates; prefetch what is then rendered, see search)."""
+    queryset = queryset.select_related("source__agent")
+    if prefetch:
+        return queryset.prefetch_related("agents", "resources")
+    agents = Fragment.agents.through.objects.filter(fragment_id=OuterRef("pk")).order_by("agent_id")
+    resources = Fragment.resources.through.objects.filter(fragment_id=OuterRef("pk")).order_by("resource_id")
+    return queryset.annotate(
+        facts_agent_ids=ArraySubquery(agents.values("agent_id")),
+        facts_agent_kinds=ArraySubquery(agents.values("agent__kind")),
+        facts_resource_ids=ArraySubquery(resources.values("resource__external_id")),
+    )
 
 
 def fragment_readable(*, policy: ReadPolicy, fragment: Fragment) -> bool:

@@ -41,7 +41,7 @@ from typing import Any, Literal, Protocol
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Value
+from django.db.models import F, OuterRef, Subquery, Value, prefetch_related_objects
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -64,32 +64,44 @@ enforcement_logger = logging.getLogger("memoryhub.enforcement")
 
 @dataclass(frozen=True)
 class Ranking:
-    """How candidates are scored and fused. The default below was chosen by
-    measurement on bench/data/retrieval_set.json (bench/retrieval_eval.py);
-    docs/benchmarks.md has the comparison it won."""
+    """How candidates are scored and fused. The default was chosen by
+    measurement on real conversations (bench/locomo_eval.py) and checked on
+    the labelled set (bench/retrieval_eval.py); docs/benchmarks.md has the
+    rule it was chosen by and the comparison it won."""
 
     fusion: Literal["weighted", "rrf", "vector", "lexical"] = "weighted"
-    # The lexical score (r/(r+1) of ts_rank) is an order of magnitude smaller
-    # than a cosine similarity, so these weights give both signals a similar
-    # say; equal weights or RRF let the weaker ranker drag the result down.
-    vector_weight: float = 0.05
-    lexical_weight: float = 0.95
+    # Weighted fusion: lexical (BM25 over the ideal score of the query, in
+    # [0, 1)) and cosine similarity, both on an absolute scale.
+    vector_weight: float = 0.3
+    lexical_weight: float = 0.7
     rrf_k: int = 60
     # "or": any of the query's lexemes (recall); "websearch"/"plain": all of them.
     lexical_query: Literal["or", "websearch", "plain"] = "or"
-    lexical_ranker: Literal["ts_rank_cd", "ts_rank"] = "ts_rank"
-    # PostgreSQL rank normalisation bits; 32 maps a rank r to r/(r+1), a
-    # query-independent [0, 1) scale the relevance floor can be set against.
+    # bm25: Okapi BM25 with the reader's own statistics (see lexical_scored);
+    # ts_rank/ts_rank_cd: PostgreSQL's ranks (no inverse document frequency),
+    # kept for comparison in bench/retrieval_eval.py.
+    lexical_ranker: Literal["bm25", "ts_rank_cd", "ts_rank"] = "bm25"
+    bm25_k1: float = 0.8
+    bm25_b: float = 0.5
+    # A word of the fragment itself counts this much more than a word of its context.
+    own_words_weight: float = 1.5
+    # A fragment of a document is helped by the best-scoring visible candidate
+    # right beside it (the turn before or after) and by the best one anywhere
+    # in the same document: a reply is found with the question it answers.
+    neighbour_weight: float = 0.25
+    document_weight: float = 0.45
+    # PostgreSQL rank normalisation bits for ts_rank (32: r/(r+1)).
     lexical_normalization: int = 32
 
 
 RANKING = Ranking()
 
-# How many candidates each index contributes before fusion, per fragment asked for.
+# How many candidates each index contributes before fusion, per fragment asked
+# for: deep lists help (the right turn is often 20th-50th on one signal alone).
 CANDIDATES_PER_RESULT = 4
-CANDIDATES_MIN = 40
-# ts_rank must read every matching row's tsvector, so its cost grows with the
-# number of matches (FINDINGS): rank at most this many matches per read.
+CANDIDATES_MIN = 50
+# Scoring must read every matching row's tsvector, so its cost grows with the
+# number of matches (FINDINGS): score at most this many matches per read.
 LEXICAL_MATCH_CAP = 2000
 # HNSW candidate list (settings.MEMORYHUB_HNSW_EF_SEARCH); with iterative
 # scan, filtered reads keep going until enough visible rows are found. The
@@ -97,8 +109,11 @@ LEXICAL_MATCH_CAP = 2000
 # filter at 100k fragments (bench/search_bench.py, docs/benchmarks.md).
 def hnsw_ef_search() -> int:
     return int(getattr(settings, "MEMORYHUB_HNSW_EF_SEARCH", 200))
-# A fused score below this is no match at all (chosen on the labelled set, see docs/benchmarks.md).
-MATCH_THRESHOLD = 0.01
+# A candidate that shares no word with the query and scores below this is no
+# match at all: nearest neighbours always exist, relevant or not. 0.05 is a
+# cosine similarity of about 0.28 on its own (unrelated sentences score lower
+# with all-MiniLM-L6-v2); see the threshold sweep in docs/benchmarks.md.
+MATCH_THRESHOLD = 0.05
 # How much the judgment plane's task affinity can move a fragment, relative to relevance.
 JUDGMENT_WEIGHT = 0.5
 
@@ -398,10 +413,7 @@ def _execute(
         policy=policy, query=request.query, query_vector=query_vector, limit=request.limit, deadline=deadline,
         ranking=ranking, load_embeddings=judging,
     )
-    ranked = _fuse(candidates, rows, ranking)
-    # Below the match threshold a candidate is not a match at all: nearest
-    # neighbours always exist, relevant or not.
-    ranked = [hit for hit in ranked if hit.score >= MATCH_THRESHOLD]
+    ranked = [hit for hit in _fuse(candidates, rows, ranking) if is_match(candidates[hit.fragment.pk], hit.score)]
     abstained, abstain_reason = False, None
     floor = tenant.relevance_floor
     if ranked and ranked[0].score < floor:
@@ -411,6 +423,8 @@ def _execute(
             f"(the best scored {ranked[0].score:.3f}), so memory declined to answer rather than guess."
         )
     ranked = [hit for hit in ranked if hit.score >= floor][: request.limit]
+    # What is served is rendered with its agents and documents (the row check read them as arrays).
+    prefetch_related_objects([hit.fragment for hit in ranked], "agents", "resources")
     provenance = provenance_for(caller, [hit.fragment for hit in ranked], named_agent_ids=policy.named_agent_ids,
                                 audience=policy.audience)
     for hit in ranked:
@@ -441,8 +455,8 @@ def scored_candidates(
     and checked again. Returns (candidates, rows that passed, alarmed ids).
     Run inside `index_settings()` (search_execute does)."""
     deadline.arm()
-    read_query = ReadQuery(text=query, vector=query_vector, tsquery=tsquery_for(query, ranking))
-    candidates = _candidates(policy=policy, read_query=read_query, limit=limit, deadline=deadline, ranking=ranking)
+    read_query = read_query_for(query, query_vector, ranking)
+    candidates = index_queries(policy=policy, read_query=read_query, limit=limit, deadline=deadline, ranking=ranking)
     deadline.arm()
     with phase("row_check"):
         rows, alarms = _checked_rows(
@@ -501,6 +515,10 @@ class Candidate:
     lexical_rank: int | None = None
     vector_similarity: float | None = None
     lexical_score: float | None = None
+    # Its document and place in it, once its row passed the check (fragments
+    # of a connected source's document only).
+    document: int | None = None
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -508,6 +526,13 @@ class ReadQuery:
     text: str
     vector: list[float] | None
     tsquery: SearchQuery | None
+    lexemes: tuple[str, ...] = ()
+
+
+def read_query_for(query: str, vector: list[float] | None, ranking: Ranking) -> ReadQuery:
+    lexemes = query_lexemes(query)
+    return ReadQuery(text=query, vector=vector, tsquery=tsquery_for(query, ranking, lexemes=lexemes),
+                     lexemes=tuple(lexemes))
 
 
 def index_filter(policy: ReadPolicy):  # type: ignore[no-untyped-def]
@@ -520,9 +545,12 @@ def candidate_pool(limit: int) -> int:
     return max(CANDIDATES_MIN, CANDIDATES_PER_RESULT * limit)
 
 
-def _candidates(
+def index_queries(
     *, policy: ReadPolicy, read_query: ReadQuery, limit: int, deadline: Deadline, ranking: Ranking | None = None,
 ) -> dict[uuid.UUID, Candidate]:
+    """Both index queries under the policy's predicate: the vector pool, then
+    the lexical pool (with BM25, also the lexical score of every vector
+    candidate)."""
     ranking = ranking or RANKING
     pool = candidate_pool(limit)
     predicate = index_filter(policy)
@@ -537,7 +565,14 @@ def _candidates(
     if read_query.tsquery is not None and (ranking.fusion != "vector" or read_query.vector is None):
         deadline.arm()
         with phase("lexical_query"):
-            ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)
+            if ranking.lexical_ranker == "bm25":
+                ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found))
+                for pk, score in scores.items():
+                    found.setdefault(pk, Candidate()).lexical_score = score
+                for pk in found.keys() - scores.keys():
+                    found[pk].lexical_score = 0.0
+            else:
+                ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)
         for rank, pk in enumerate(ranked):
             found.setdefault(pk, Candidate()).lexical_rank = rank
     return found
@@ -555,20 +590,112 @@ def vector_candidates(predicate, query_vector: list[float], k: int) -> list[uuid
 _LEXEME_QUOTE = re.compile(r"['\\]")
 
 
-def tsquery_for(query: str, ranking: Ranking) -> SearchQuery | None:
+def query_lexemes(query: str) -> list[str]:
+    """The query's lexemes, stemmed and stop-worded by the same configuration
+    as the stored search vectors, once each."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))", [TEXT_SEARCH_CONFIG, query])
+        return list(cursor.fetchone()[0] or [])
+
+
+def _quoted(lexeme: str) -> str:
+    """A lexeme as a tsquery operand, taken as it is."""
+    return "'" + _LEXEME_QUOTE.sub(lambda m: m.group(0) * 2, lexeme) + "'"
+
+
+def _raw_lexemes(lexemes: Sequence[str]) -> SearchQuery:
+    """An OR of `lexemes` as they are ('simple' keeps them unchanged)."""
+    return SearchQuery(" | ".join(_quoted(lexeme) for lexeme in lexemes), config="simple", search_type="raw")
+
+
+def tsquery_for(query: str, ranking: Ranking, *, lexemes: Sequence[str] | None = None) -> SearchQuery | None:
     if ranking.lexical_query == "websearch":
         return SearchQuery(query, config=TEXT_SEARCH_CONFIG, search_type="websearch")
     if ranking.lexical_query == "plain":
         return SearchQuery(query, config=TEXT_SEARCH_CONFIG, search_type="plain")
-    # OR of the query's own lexemes, stemmed and stop-worded by the same
-    # configuration as the stored tsvector; 'simple' then keeps them as they are.
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))", [TEXT_SEARCH_CONFIG, query])
-        lexemes = cursor.fetchone()[0] or []
+    lexemes = query_lexemes(query) if lexemes is None else lexemes
+    return _raw_lexemes(lexemes) if lexemes else None
+
+
+def _sql(queryset) -> tuple[str, tuple]:  # type: ignore[no-untyped-def]
+    sql, params = queryset.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def lexical_scored(  # type: ignore[no-untyped-def]
+    predicate, read_query: ReadQuery, k: int, ranking: Ranking, *, also: Sequence[uuid.UUID] = (),
+    cap: int = LEXICAL_MATCH_CAP,
+) -> tuple[list[uuid.UUID], dict[uuid.UUID, float]]:
+    """Okapi BM25 over what this reader may see, in one statement.
+
+    Every statistic is the reader's own: the number of fragments N and their
+    mean length come from the fragments the policy's predicate admits, and a
+    lexeme's document frequency counts only those, so what a reader cannot
+    read moves neither their scores nor their order. A fragment's own words
+    count `own_words_weight` times its context's (weights A and B of its
+    search vector). The score is divided by the query's ideal score (every
+    lexeme's idf times k1 + 1, what a fragment saturated with every query word
+    would reach), an absolute scale in [0, 1) fusion and the relevance floor
+    can rely on.
+
+    Returns the top `k` matches (of the newest `cap` matches) in order, and
+    the scores of those and of the fragments `also` names that match.
+    """
+    lexemes = list(read_query.lexemes)
     if not lexemes:
-        return None
-    raw = " | ".join("'" + _LEXEME_QUOTE.sub(lambda m: m.group(0) * 2, lexeme) + "'" for lexeme in lexemes)
-    return SearchQuery(raw, config="simple", search_type="raw")
+        return [], {}
+    # The policy's predicate compiled once; every part of the statement reads
+    # the fragments through it (PostgreSQL pulls the subquery up, so each
+    # lexeme's count still walks the full-text index).
+    visible_sql, visible_params = _sql(
+        Fragment.objects.filter(predicate).order_by().values("pk", "search_vector", "search_length", "recorded_at")
+    )
+    visible = f"({visible_sql}) AS v(id, search_vector, search_length, recorded_at)"
+    k1, b = ranking.bm25_k1, ranking.bm25_b
+    frequency_rows = ", ".join(
+        f"({number}, (SELECT count(*) FROM {visible} WHERE v.search_vector @@ to_tsquery('simple', %s)))"  # noqa: S608
+        for number in range(1, len(lexemes) + 1)
+    )
+    sql = f"""
+    WITH stats AS (
+        SELECT count(*)::float8 AS n, coalesce(avg(v.search_length), 0)::float8 AS avgdl FROM {visible}
+    ), terms AS (
+        SELECT t.lexeme, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf
+          FROM unnest(%s::text[]) WITH ORDINALITY AS t(lexeme, number)
+          JOIN (VALUES {frequency_rows}) AS f(number, df) ON f.number = t.number
+         CROSS JOIN stats AS s
+    ), matches AS (
+        SELECT v.id, v.search_vector, v.search_length FROM {visible}
+         WHERE v.search_vector @@ to_tsquery('simple', %s)
+         ORDER BY v.recorded_at DESC LIMIT %s
+    ), scored AS (
+        SELECT m.id, sum(t.idf * w.tf * %s / (w.tf + %s * (1 - %s + %s * m.search_length / greatest(s.avgdl, 1))))
+               / (SELECT sum(idf) * %s FROM terms) AS score
+          FROM matches AS m
+         CROSS JOIN stats AS s
+         CROSS JOIN LATERAL unnest(m.search_vector) AS u(lexeme, positions, weights)
+          JOIN terms AS t ON t.lexeme = u.lexeme
+         CROSS JOIN LATERAL (SELECT sum(CASE WHEN x = 'A' THEN %s ELSE 1.0 END)::float8 AS tf
+                               FROM unnest(u.weights) AS x) AS w
+         GROUP BY m.id
+    )
+    SELECT id, score, rank FROM (
+        SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank FROM scored
+    ) AS ranked
+    WHERE rank <= %s OR id = ANY(%s::uuid[])
+    ORDER BY rank
+    """  # noqa: S608
+    params = (
+        *visible_params, lexemes,
+        *(param for lexeme in lexemes for param in (*visible_params, _quoted(lexeme))),
+        *visible_params, " | ".join(_quoted(lexeme) for lexeme in lexemes), cap,
+        k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, list(also),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    ranked = [pk for pk, _, rank in rows if rank <= k]
+    return ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _ in rows}
 
 
 def _lexical_rank(tsquery: SearchQuery, ranking: Ranking) -> SearchRank:
@@ -608,11 +735,20 @@ def _checked_rows(
     """Load every candidate, score it on both signals (a candidate only one
     index found still gets its true score on the other), and check it again."""
     ranking = ranking or RANKING
-    queryset = access.with_access_facts(Fragment.objects.filter(pk__in=list(candidates))).select_related("collection")
+    queryset = access.with_access_facts(Fragment.objects.filter(pk__in=list(candidates)), prefetch=False) \
+        .select_related("collection")
     if read_query.vector is not None:
         queryset = queryset.annotate(distance=CosineDistance("embedding", read_query.vector))
-    if read_query.tsquery is not None:
+    if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         queryset = queryset.annotate(lexical=_lexical_rank(read_query.tsquery, ranking))
+    # A connected source's fragment's own document (its resource), for the
+    # neighbour features of fusion.
+    queryset = queryset.annotate(document_id=Subquery(
+        Fragment.resources.through.objects.filter(fragment_id=OuterRef("pk"), resource__source_id=OuterRef("source_id"))
+        .order_by("resource_id").values("resource_id")[:1]
+    ))
+    # What the index queries already used stays in the database.
+    queryset = queryset.defer("search_vector", "search_length", "context")
     if not load_embeddings:
         queryset = queryset.defer("embedding")
     rows: dict[uuid.UUID, Fragment] = {}
@@ -624,7 +760,10 @@ def _checked_rows(
             candidate = candidates[fragment.pk]
             distance = getattr(fragment, "distance", None)
             candidate.vector_similarity = None if distance is None else 1.0 - float(distance)
-            candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
+            if ranking.lexical_ranker != "bm25":
+                candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
+            if fragment.position is not None and fragment.document_id is not None:
+                candidate.document, candidate.position = fragment.document_id, fragment.position
             continue
         alarms.append(str(fragment.pk))
         ENFORCEMENT_ALARMS.inc()
@@ -643,8 +782,34 @@ def _checked_rows(
 
 
 def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None = None) -> dict[uuid.UUID, float]:
-    """A relevance score in [0, 1] per candidate."""
+    """A relevance score in [0, 1] per candidate: each candidate's own score,
+    helped (weighted fusion) by the best candidate beside it and the best one
+    in its document. `candidates` holds only rows that passed the row check,
+    so no fragment the reader cannot see ever moves a score."""
     ranking = ranking or RANKING
+    own = _own_scores(candidates, ranking)
+    if ranking.fusion != "weighted" or not (ranking.neighbour_weight or ranking.document_weight):
+        return own
+    by_document: dict[int, dict[int, list[uuid.UUID]]] = {}
+    for pk, candidate in candidates.items():
+        if candidate.document is not None and candidate.position is not None:
+            by_document.setdefault(candidate.document, {}).setdefault(candidate.position, []).append(pk)
+    scores: dict[uuid.UUID, float] = {}
+    total = 1.0 + ranking.neighbour_weight + ranking.document_weight
+    for pk, candidate in candidates.items():
+        neighbour = document = 0.0
+        if candidate.document is not None and candidate.position is not None:
+            places = by_document[candidate.document]
+            neighbour = max((own[other] for offset in (-1, 1)
+                             for other in places.get(candidate.position + offset, ())), default=0.0)
+            document = max((own[other] for members in places.values() for other in members if other != pk),
+                           default=0.0)
+        score = own[pk] + ranking.neighbour_weight * neighbour + ranking.document_weight * document
+        scores[pk] = min(1.0, max(0.0, score / total))
+    return scores
+
+
+def _own_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking) -> dict[uuid.UUID, float]:
     scores: dict[uuid.UUID, float] = {}
     for pk, candidate in candidates.items():
         vector = max(0.0, candidate.vector_similarity or 0.0)
@@ -668,6 +833,12 @@ def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None 
             )
         scores[pk] = min(1.0, max(0.0, score))
     return scores
+
+
+def is_match(candidate: Candidate, score: float) -> bool:
+    """A candidate shares a word with the query (in what the reader may read:
+    BM25's statistics are theirs), or scores at least MATCH_THRESHOLD."""
+    return bool(candidate.lexical_score) or score >= MATCH_THRESHOLD
 
 
 def _fuse(candidates: dict[uuid.UUID, Candidate], rows: dict[uuid.UUID, Fragment], ranking: Ranking) -> list[Hit]:

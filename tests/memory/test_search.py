@@ -85,11 +85,15 @@ def test_both_index_queries_carry_the_visibility_predicate(bruno):
     with CaptureQueriesContext(connection) as captured:
         fragments_search(caller=bruno, query="VPN config vault")
     sql = [q["sql"] for q in captured.captured_queries]
-    vector = [s for s in sql if "<=>" in s and "ORDER BY" in s and "LIMIT" in s and "IN (SELECT" not in s]
+    # (the row check loads candidates by id and checks each row in Python)
+    row_check = '"memoryhub_fragment"."id" IN (\''
+    vector = [s for s in sql if "<=>" in s and "ORDER BY" in s and "LIMIT" in s and row_check not in s]
     lexical = [s for s in sql if "@@" in s and "ORDER BY" in s]
-    assert vector and lexical
+    assert len(vector) == 1 and len(lexical) == 1
+    # BM25's statistics (N, mean length, each lexeme's frequency) and its
+    # matches each carry the predicate: nothing outside it is counted.
+    assert lexical[0].count('"retired_at" IS NULL') == 2 + len(search.query_lexemes("VPN config vault"))
     for statement in vector + lexical:
-        # (the lexical query applies it in its bounded match subquery, aliased U0)
         assert '"tenant_id" =' in statement
         assert '"owner_user_id" =' in statement
         assert '"recorded_at" <=' in statement
@@ -286,9 +290,9 @@ def test_a_slow_search_is_cancelled_at_its_deadline(bruno, monkeypatch, settings
     def slow(*args, **kwargs):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(5)")
-        return []
+        return [], {}
 
-    monkeypatch.setattr(search, "lexical_candidates", slow)
+    monkeypatch.setattr(search, "lexical_scored", slow)
     receipts = Receipt.objects.count()
     with pytest.raises(DeadlineExceeded) as caught:
         fragments_search(caller=bruno, query="VPN config")
