@@ -32,13 +32,17 @@ EMBEDDERS = {
     "onnx": "memoryhub.embeddings.MiniLMOnnxEmbedder",
     "onnx-int8": "memoryhub.embeddings.MiniLMOnnxInt8Embedder",
 }
+# PostgreSQL's ranks are compared as they were fused before BM25 (no neighbour features).
+_TS = dict(neighbour_weight=0.0, document_weight=0.0)
 LEXICAL_VARIANTS = {
-    "or+ts_rank_cd": dict(lexical_query="or", lexical_ranker="ts_rank_cd", lexical_normalization=32),
-    "or+ts_rank": dict(lexical_query="or", lexical_ranker="ts_rank", lexical_normalization=32),
-    "or+ts_rank/len": dict(lexical_query="or", lexical_ranker="ts_rank", lexical_normalization=1 | 32),
-    "or+ts_rank_cd/len": dict(lexical_query="or", lexical_ranker="ts_rank_cd", lexical_normalization=1 | 32),
-    "websearch+ts_rank_cd": dict(lexical_query="websearch", lexical_ranker="ts_rank_cd", lexical_normalization=32),
-    "plain+ts_rank_cd": dict(lexical_query="plain", lexical_ranker="ts_rank_cd", lexical_normalization=32),
+    "or+bm25": dict(lexical_query="or", lexical_ranker="bm25"),
+    "or+ts_rank_cd": dict(**_TS, lexical_query="or", lexical_ranker="ts_rank_cd", lexical_normalization=32),
+    "or+ts_rank": dict(**_TS, lexical_query="or", lexical_ranker="ts_rank", lexical_normalization=32),
+    "or+ts_rank/len": dict(**_TS, lexical_query="or", lexical_ranker="ts_rank", lexical_normalization=1 | 32),
+    "or+ts_rank_cd/len": dict(**_TS, lexical_query="or", lexical_ranker="ts_rank_cd", lexical_normalization=1 | 32),
+    "websearch+ts_rank_cd": dict(**_TS, lexical_query="websearch", lexical_ranker="ts_rank_cd",
+                                 lexical_normalization=32),
+    "plain+ts_rank_cd": dict(**_TS, lexical_query="plain", lexical_ranker="ts_rank_cd", lexical_normalization=32),
 }
 K = 10
 
@@ -51,6 +55,7 @@ def build_workspace(data: dict):
 
     from memoryhub.access import caller_for_user
     from memoryhub.models import AccessRule, Agent, Collection, Fragment, Membership, Role, Source, Tenant, User
+    from memoryhub.services.indexing import fragment_context
     from memoryhub.services.write import fact_hash, subject_of
 
     with transaction.atomic():
@@ -86,6 +91,7 @@ def build_workspace(data: dict):
                 collection=collections[item["collection"]] if item["collection"] else None,
                 source=None if item["owner"] else source,
                 value=item["value"],
+                context=fragment_context(created_at=created),  # what the services write
                 subject_key=subject_of(item["value"]),
                 grounding_status=Fragment.Grounding.STATED if item["owner"] else Fragment.Grounding.GROUNDED,
                 created_at=created,
@@ -243,18 +249,20 @@ def threshold_sweep(collected, queries, keys, ranking) -> list[dict]:
     from memoryhub.services.search import fuse_scores
 
     rows = []
-    for t in (0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.03):
+    for t in (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1):
         found = lost = empty_invisible = invisible = empty_answerable = answerable = 0
         for q in queries:
             scores = fuse_scores(collected[q["id"]], ranking)
             ranked = rank(collected[q["id"]], ranking)[:K]
-            kept = [pk for pk in ranked if scores[pk] >= t]
+            # (as search.is_match: a candidate sharing a word with the query always matches)
+            candidates = collected[q["id"]]
+            kept = [pk for pk in ranked if candidates[pk].lexical_score or scores[pk] >= t]
             relevant = {keys[k] for k in q["relevant"]}
             if relevant:
                 answerable += 1
                 hits = [pk for pk in ranked if pk in relevant]
                 found += len(hits)
-                lost += sum(1 for pk in hits if scores[pk] < t)
+                lost += sum(1 for pk in hits if pk not in kept)
                 empty_answerable += not kept
             else:
                 invisible += 1

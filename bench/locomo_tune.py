@@ -1,0 +1,131 @@
+"""Choosing the fusion weights on real conversations, by a rule written down first.
+
+    python bench/locomo_eval.py --data PATH/locomo-dev5.json --dump /tmp/candidates.json
+    python bench/locomo_tune.py --dump /tmp/candidates.json --today bench/results/locomo_eval_before.json
+
+The dump holds, per question, every candidate the product's search scored
+(its BM25 and cosine scores, its document and place) as the product computed
+them; this script fuses them offline with `search.fuse_scores` for every point
+of the grid below and applies the product's match rule and limit, so a grid
+point's figures are what the product would serve with those weights.
+
+The rule (leave one conversation out): for each conversation, the grid points
+whose R@10 and nDCG@10 on the other conversations are, in every category, at
+least today's (the `--today` run) are kept (all points, if none is), and the
+one with the best nDCG@10 there is chosen (within 0.001, the higher R@10). The
+held-out conversation is then scored with it: the mean over the folds is the
+estimate of what the held-out half of LoCoMo will show. The product takes the
+point most folds chose (a tie: the better nDCG@10 on all five).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import Counter, defaultdict
+from itertools import product
+from pathlib import Path
+
+from common import write_results
+from locomo_eval import scores as question_scores
+
+K = 10
+VECTOR_WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6)
+NEIGHBOUR_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+DOCUMENT_WEIGHTS = (0.0, 0.15, 0.3, 0.45)
+TIE = 0.001
+
+
+def per_question(questions: list[dict], ranking) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Each question's R@10 and nDCG@10 with `ranking`, as the product would serve it."""
+    import uuid
+
+    from memoryhub.services.search import Candidate, fuse_scores, is_match
+
+    out = []
+    for question in questions:
+        candidates = {uuid.UUID(c["id"]): Candidate(lexical_score=c["lexical"], vector_similarity=c["cosine"],
+                                                    document=c["document"], position=c["position"])
+                      for c in question["candidates"]}
+        dia = {uuid.UUID(c["id"]): c["dia"] for c in question["candidates"]}
+        scores = fuse_scores(candidates, ranking)
+        ordered = sorted((pk for pk in scores if is_match(candidates[pk], scores[pk])),
+                         key=lambda pk: (-scores[pk], str(pk)))
+        out.append({"conversation": question["conversation"], "category": question["category"],
+                    **question_scores([dia[pk] for pk in ordered[:K]], question["evidence"])})
+    return out
+
+
+def aggregate(rows: list[dict]) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups["all"].append(row)
+        groups[f"c{row['category']}"].append(row)
+    return {name: {key: statistics.fmean(r[key] for r in members) for key in ("r10", "ndcg")}
+            for name, members in groups.items()}
+
+
+def meets(figures: dict, today: dict) -> bool:
+    return all(figures[name][key] >= today[name][key] - 1e-9 for name in today if name != "all" and name in figures
+               for key in ("r10", "ndcg"))
+
+
+def best(table: dict, points: list) -> tuple:  # type: ignore[type-arg]
+    top = max(table[p]["all"]["ndcg"] for p in points)
+    close = [p for p in points if table[p]["all"]["ndcg"] >= top - TIE]
+    return max(close, key=lambda p: (table[p]["all"]["r10"], table[p]["all"]["ndcg"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dump", required=True, help="written by locomo_eval.py --dump")
+    parser.add_argument("--today", required=True, help="a locomo_eval result of the ranking to beat")
+    args = parser.parse_args()
+    import django
+
+    django.setup()
+    from dataclasses import replace
+
+    from memoryhub.services.search import RANKING
+
+    questions = json.loads(Path(args.dump).read_text())
+    today = {name: row for name, row in json.loads(Path(args.today).read_text())["service"].items()}
+    conversations = sorted({q["conversation"] for q in questions})
+    grid = list(product(VECTOR_WEIGHTS, NEIGHBOUR_WEIGHTS, DOCUMENT_WEIGHTS))
+
+    def ranking(point):  # type: ignore[no-untyped-def]
+        vector, neighbour, document = point
+        return replace(RANKING, vector_weight=vector, lexical_weight=round(1 - vector, 2),
+                       neighbour_weight=neighbour, document_weight=document)
+
+    scored = {p: per_question(questions, ranking(p)) for p in grid}
+    everything = {p: aggregate(rows) for p, rows in scored.items()}
+    folds = []
+    for held_out in conversations:
+        table = {p: aggregate([r for r in rows if r["conversation"] != held_out]) for p, rows in scored.items()}
+        allowed = [p for p in grid if meets(table[p], today)] or grid
+        chosen = best(table, allowed)
+        figures = aggregate([r for r in scored[chosen] if r["conversation"] == held_out])["all"]
+        folds.append({"held_out": held_out, "chosen": chosen, "points_meeting_today": len(allowed),
+                      "held_out_figures": figures})
+        print(f"fold {held_out}: chose {chosen} ({len(allowed)} of {len(grid)} points meet today's categories); "
+              f"held out R@10 {figures['r10']:.4f} nDCG {figures['ndcg']:.4f}")
+    votes = Counter(fold["chosen"] for fold in folds)
+    most = max(votes.values())
+    product_point = max((p for p, n in votes.items() if n == most), key=lambda p: everything[p]["all"]["ndcg"])
+    loco = {key: statistics.fmean(f["held_out_figures"][key] for f in folds) for key in ("r10", "ndcg")}
+    print(f"chosen: vector {product_point[0]}, neighbour {product_point[1]}, document {product_point[2]}; "
+          f"leave-one-out estimate R@10 {loco['r10']:.4f} nDCG {loco['ndcg']:.4f}")
+    print("on all five:", json.dumps({k: {m: round(v, 4) for m, v in row.items()}
+                                      for k, row in everything[product_point].items()}))
+    write_results("locomo_tune", {
+        "grid": {"vector": VECTOR_WEIGHTS, "neighbour": NEIGHBOUR_WEIGHTS, "document": DOCUMENT_WEIGHTS},
+        "folds": [{**f, "chosen": list(f["chosen"])} for f in folds],
+        "chosen": list(product_point), "leave_one_out": loco,
+        "all_five": {str(list(p)): everything[p] for p in grid},
+    })
+
+
+if __name__ == "__main__":
+    main()
