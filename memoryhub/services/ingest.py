@@ -233,10 +233,6 @@ class Piece:
     position: int
     context: str
 
-    @property
-    def key(self) -> tuple[str, int, str]:
-        return chunk_hash(self.value), self.position, self.context
-
 
 def document_pieces(document: Document, *, created_at: dt.datetime) -> list[Piece]:
     """The fragments `document` splits into, in order."""
@@ -426,23 +422,32 @@ def document_upsert(*, source: Source, document: Document, now: dt.datetime | No
         resource.content_hash, resource.updated_at, resource.deleted_at = content_hash, now, None
         resource.save()
 
-        pieces = {piece.key: piece for piece in document_pieces(document, created_at=document.created_at or now)}
+        # What each place should hold now; a live fragment is kept when it holds
+        # exactly that (its context dated with its own day: a document sent
+        # without created_at keeps its unchanged fragments on a later day too).
+        pending = {piece.position: piece
+                   for piece in document_pieces(document, created_at=document.created_at or now)}
+        pieces_at: dict[dt.datetime, list[Piece]] = {}
         keep: set = set()
         for fragment in live:
             same_home = fragment.collection_id == collection.pk and (
                 document.created_at is None or fragment.created_at == document.created_at
             )
-            key = (fragment.content_hash, fragment.position, fragment.context)
-            if same_home and key in pieces:
+            if not same_home or fragment.position not in pending:
+                continue
+            if fragment.created_at not in pieces_at:
+                pieces_at[fragment.created_at] = document_pieces(document, created_at=fragment.created_at)
+            expected = pieces_at[fragment.created_at][fragment.position]
+            if (fragment.content_hash, fragment.context) == (chunk_hash(expected.value), expected.context):
                 keep.add(fragment.pk)
-                pieces.pop(key)
+                pending.pop(fragment.position)
         retire = [fragment.pk for fragment in live if fragment.pk not in keep]
         if retire:
             Fragment.objects.filter(pk__in=retire).update(
                 retired_at=now, retired_reason=Fragment.Retired.SUPERSEDED
             )
         added = _fragments_create(
-            source=source, resource=resource, collection=collection, pieces=list(pieces.values()),
+            source=source, resource=resource, collection=collection, pieces=list(pending.values()),
             created_at=document.created_at or now, now=now,
         )
         if any(fragment.embedding is None for fragment in added):
@@ -630,6 +635,7 @@ def fragment_ingest(
             content_hash=fact_hash(value),
         )
         fragment.agents.add(source.agent)
+        titled = ""
         for item in resources:
             external_id = resource_id_validated(item.get("id"))
             # A source links its own documents only (another source's is a Conflict).
@@ -641,5 +647,11 @@ def fragment_ingest(
                     uri=uri_validated(item.get("uri")), created_at=item.get("created_at") or created_at,
                 )
             fragment.resources.add(resource)
+            if resource.title and not titled:
+                titled = resource.title
+        if titled:
+            # Its document's title is searchable with it, as for a document's own fragments.
+            fragment.context = fragment_context(created_at=fragment.created_at, title=titled)
+            fragment.save(update_fields=["context"])
         enrichment_enqueue(fragment_ids=[str(fragment.pk)])
     return fragment, True

@@ -82,14 +82,18 @@ class Ranking:
     # kept for comparison in bench/retrieval_eval.py.
     lexical_ranker: Literal["bm25", "ts_rank_cd", "ts_rank"] = "bm25"
     bm25_k1: float = 0.8
-    bm25_b: float = 0.5
+    bm25_b: float = 0.3
     # A word of the fragment itself counts this much more than a word of its context.
-    own_words_weight: float = 1.5
+    own_words_weight: float = 2.0
     # A fragment of a document is helped by the best-scoring visible candidate
     # right beside it (the turn before or after) and by the best one anywhere
     # in the same document: a reply is found with the question it answers.
-    neighbour_weight: float = 0.25
+    neighbour_weight: float = 0.5
     document_weight: float = 0.45
+    # "raise": a fragment's neighbours can only raise its own score (a
+    # fragment with no document, a person's memory, is on the same scale as a
+    # turn); "mix": every fragment is the weighted mix, divided by the weights' sum.
+    neighbour_fusion: Literal["raise", "mix"] = "raise"
     # PostgreSQL rank normalisation bits for ts_rank (32: r/(r+1)).
     lexical_normalization: int = 32
 
@@ -109,11 +113,14 @@ LEXICAL_MATCH_CAP = 2000
 # filter at 100k fragments (bench/search_bench.py, docs/benchmarks.md).
 def hnsw_ef_search() -> int:
     return int(getattr(settings, "MEMORYHUB_HNSW_EF_SEARCH", 200))
-# A candidate that shares no word with the query and scores below this is no
-# match at all: nearest neighbours always exist, relevant or not. 0.05 is a
-# cosine similarity of about 0.28 on its own (unrelated sentences score lower
-# with all-MiniLM-L6-v2); see the threshold sweep in docs/benchmarks.md.
+# A candidate without query words that weigh (LEXICAL_MATCH_MIN) that scores
+# below this is no match at all: nearest neighbours always exist, relevant or
+# not. 0.05 is a cosine similarity of about 0.17 on its own; on the labelled
+# set it loses no relevant hit (the sweep in docs/benchmarks.md).
 MATCH_THRESHOLD = 0.05
+# A candidate whose BM25 score reaches this share of the query's ideal score
+# matches whatever its fused score (one rare query word in it is plenty).
+LEXICAL_MATCH_MIN = 0.02
 # How much the judgment plane's task affinity can move a fragment, relative to relevance.
 JUDGMENT_WEIGHT = 0.5
 
@@ -638,8 +645,9 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     would reach), an absolute scale in [0, 1) fusion and the relevance floor
     can rely on.
 
-    Returns the top `k` matches (of the newest `cap` matches) in order, and
-    the scores of those and of the fragments `also` names that match.
+    Returns the top `k` matches (of the newest `cap` matches, ties by id) in
+    order, and the scores of those and of the fragments `also` names that
+    match (scored whether or not they are among the newest `cap`).
     """
     lexemes = list(read_query.lexemes)
     if not lexemes:
@@ -653,7 +661,7 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     visible = f"({visible_sql}) AS v(id, search_vector, search_length, recorded_at)"
     k1, b = ranking.bm25_k1, ranking.bm25_b
     frequency_rows = ", ".join(
-        f"({number}, (SELECT count(*) FROM {visible} WHERE v.search_vector @@ to_tsquery('simple', %s)))"  # noqa: S608
+        f"({number}, (SELECT count(*) FROM {visible} WHERE v.search_vector @@ %s::tsquery))"  # noqa: S608
         for number in range(1, len(lexemes) + 1)
     )
     sql = f"""
@@ -665,9 +673,12 @@ def lexical_scored(  # type: ignore[no-untyped-def]
           JOIN (VALUES {frequency_rows}) AS f(number, df) ON f.number = t.number
          CROSS JOIN stats AS s
     ), matches AS (
-        SELECT v.id, v.search_vector, v.search_length FROM {visible}
-         WHERE v.search_vector @@ to_tsquery('simple', %s)
-         ORDER BY v.recorded_at DESC LIMIT %s
+        (SELECT v.id, v.search_vector, v.search_length FROM {visible}
+          WHERE v.search_vector @@ %s::tsquery
+          ORDER BY v.recorded_at DESC, v.id LIMIT %s)
+        UNION
+        (SELECT v.id, v.search_vector, v.search_length FROM {visible}
+          WHERE v.id = ANY(%s::uuid[]) AND v.search_vector @@ %s::tsquery)
     ), scored AS (
         SELECT m.id, sum(t.idf * w.tf * %s / (w.tf + %s * (1 - %s + %s * m.search_length / greatest(s.avgdl, 1))))
                / (SELECT sum(idf) * %s FROM terms) AS score
@@ -685,10 +696,13 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     WHERE rank <= %s OR id = ANY(%s::uuid[])
     ORDER BY rank
     """  # noqa: S608
+    # Quoted lexemes cast to tsquery are taken as they are (to_tsquery would
+    # parse 'state-of-the-art' again, into a phrase no vector holds).
+    matching = " | ".join(_quoted(lexeme) for lexeme in lexemes)
     params = (
         *visible_params, lexemes,
         *(param for lexeme in lexemes for param in (*visible_params, _quoted(lexeme))),
-        *visible_params, " | ".join(_quoted(lexeme) for lexeme in lexemes), cap,
+        *visible_params, matching, cap, *visible_params, list(also), matching,
         k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, list(also),
     )
     with connection.cursor() as cursor:
@@ -732,8 +746,9 @@ def _checked_rows(
     *, policy: ReadPolicy, candidates: dict[uuid.UUID, Candidate], read_query: ReadQuery, load_embeddings: bool,
     ranking: Ranking | None = None,
 ) -> tuple[dict[uuid.UUID, Fragment], list[str]]:
-    """Load every candidate, score it on both signals (a candidate only one
-    index found still gets its true score on the other), and check it again."""
+    """Load every candidate, give it its cosine similarity (BM25's statement
+    already scored every vector candidate; a ts_rank ranking scores it here),
+    and check it again."""
     ranking = ranking or RANKING
     queryset = access.with_access_facts(Fragment.objects.filter(pk__in=list(candidates)), prefetch=False) \
         .select_related("collection")
@@ -804,8 +819,9 @@ def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None 
                              for other in places.get(candidate.position + offset, ())), default=0.0)
             document = max((own[other] for members in places.values() for other in members if other != pk),
                            default=0.0)
-        score = own[pk] + ranking.neighbour_weight * neighbour + ranking.document_weight * document
-        scores[pk] = min(1.0, max(0.0, score / total))
+        mixed = (own[pk] + ranking.neighbour_weight * neighbour + ranking.document_weight * document) / total
+        score = max(own[pk], mixed) if ranking.neighbour_fusion == "raise" else mixed
+        scores[pk] = min(1.0, max(0.0, score))
     return scores
 
 
@@ -836,9 +852,10 @@ def _own_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking) -> dic
 
 
 def is_match(candidate: Candidate, score: float) -> bool:
-    """A candidate shares a word with the query (in what the reader may read:
-    BM25's statistics are theirs), or scores at least MATCH_THRESHOLD."""
-    return bool(candidate.lexical_score) or score >= MATCH_THRESHOLD
+    """A candidate shares words with the query that weigh something (at least
+    LEXICAL_MATCH_MIN of the query's ideal BM25 score: a date number or a word
+    every fragment has is not enough), or scores at least MATCH_THRESHOLD."""
+    return (candidate.lexical_score or 0.0) >= LEXICAL_MATCH_MIN or score >= MATCH_THRESHOLD
 
 
 def _fuse(candidates: dict[uuid.UUID, Candidate], rows: dict[uuid.UUID, Fragment], ranking: Ranking) -> list[Hit]:

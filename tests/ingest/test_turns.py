@@ -10,6 +10,7 @@ import json
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from memoryhub.errors import InvalidArgument
 from memoryhub.mcp_adapter.render import search_output
@@ -177,3 +178,18 @@ def test_the_backfill_writes_the_context_a_new_fragment_gets(people):
         cursor.execute(migration.BACKFILL)
     fragment.refresh_from_db()
     assert fragment.context == expected
+
+
+def test_a_document_sent_without_a_date_keeps_its_unchanged_turns_on_a_later_day(people):
+    earlier = timezone.now() - dt.timedelta(days=2)
+    document = ingest.document_validated(resource_id="chat/undated", turns=TURNS[:2])
+    ingest.document_upsert(source=people.wiki, document=document, now=earlier)
+    before = {f.position: f.pk for f in live(people.wiki, "chat/undated")}
+    assert all(f.created_at == earlier for f in live(people.wiki, "chat/undated"))
+
+    result = ingest.document_upsert(source=people.wiki,
+                                    document=ingest.document_validated(resource_id="chat/undated", turns=TURNS))
+    assert (result.kept, result.added, result.retired) == (2, 1, 0)
+    after = live(people.wiki, "chat/undated")
+    assert {f.position: f.pk for f in after[:2]} == before
+    assert after[2].created_at > earlier and after[2].context.endswith(after[1].value)

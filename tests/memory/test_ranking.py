@@ -4,6 +4,7 @@ reader cannot read never moves their scores or their order."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 import pytest
@@ -13,9 +14,17 @@ from django.utils import timezone
 
 from memoryhub import access
 from memoryhub.services import ingest, search
+from memoryhub.services.indexing import fragment_context
 from memoryhub.services.search import Candidate, fragments_search, fuse_scores
 
 QUERY = "billing deploy"
+
+
+def conversation(people, resource_id: str, turns: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    """The wiki source sends a conversation document."""
+    document = ingest.document_validated(resource_id=resource_id, title="Chat", turns=[
+        {"speaker": speaker, "text": text} for speaker, text in turns])
+    ingest.document_upsert(source=people.wiki, document=document)
 
 
 def _ranking(result) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]
@@ -81,21 +90,65 @@ def test_a_fragment_is_helped_by_its_neighbours_in_its_own_document_only():
     assert scores[reply] > scores[far] > scores[other]
     assert scores[reply] > scores[alone]
     assert all(0.0 <= score <= 1.0 for score in scores.values())
-    # Without the strong turn (say, its row failed the check) the reply is on its own again.
-    del candidates[strong]
     weights = search.RANKING
     own = weights.lexical_weight * 0.1  # cosine 0
-    total = 1 + weights.neighbour_weight + weights.document_weight
-    assert fuse_scores(candidates)[reply] == pytest.approx((own + weights.document_weight * own) / total)  # `far`
+    # Neighbours only ever raise: a fragment with no document (a person's
+    # memory) is on the same scale as a turn, and a turn with weak company keeps its own score.
+    assert scores[alone] == pytest.approx(weights.lexical_weight * 0.2)
+    assert scores[other] == pytest.approx(own)
+    # Without the strong turn (say, its row failed the check) the reply is on its own again.
+    del candidates[strong]
+    assert fuse_scores(candidates)[reply] == pytest.approx(own)
+
+
+def test_a_precise_memory_outranks_a_conversation_it_only_resembles(people, shared_fragment):
+    conversation(people, "chat/lunch", [("A", "Zanzibar gateway?"), ("B", "Unrelated chatter about lunch."),
+                                        ("C", "More chatter about the timeout of the lunch queue.")])
+    precise = shared_fragment("The zanzibar gateway timeout is thirty seconds.")
+    result = fragments_search(caller=people.caller(people.bruno), query="zanzibar gateway timeout")
+    assert result.hits[0].fragment.pk == precise.pk
+
+
+def test_a_date_word_alone_is_no_match(people):
+    from tests.memory.conftest import private_fragment
+
+    may_8 = dt.datetime(2023, 5, 8, 12, 0, tzinfo=dt.UTC)
+    bruno = people.caller(people.bruno)
+    for n in range(8):
+        fragment = private_fragment(bruno, f"Lunch option {n}: the noodle bar.", embed=False, created_at=may_8)
+        fragment.context = fragment_context(created_at=may_8)
+        fragment.save(update_fields=["context"])
+    result = fragments_search(caller=bruno, query="What did Bruno say about the zanzibar budget in May 2023?")
+    assert result.hits == [] and result.notice == search.NOTICE_NOTHING_MATCHED
+
+
+def test_every_vector_candidate_gets_its_bm25_score_beyond_the_match_cap(people, shared_fragment):
+    old = shared_fragment("Billing deploy runbook: roll forward, never back.")
+    for n in range(5):
+        shared_fragment(f"Billing note {n}.")
+    bruno = people.caller(people.bruno)
+    read_query = search.read_query_for("billing deploy", None, search.RANKING)
+    with transaction.atomic():
+        predicate = access.read_policy(caller=bruno, as_of=timezone.now()).queryset_filter()
+        _, alone = search.lexical_scored(predicate, read_query, 10, search.RANKING, cap=3)
+        _, capped = search.lexical_scored(predicate, read_query, 10, search.RANKING, also=[old.pk], cap=3)
+        _, uncapped = search.lexical_scored(predicate, read_query, 10, search.RANKING)
+    assert old.pk not in alone  # not among the newest three matches
+    assert capped[old.pk] == pytest.approx(uncapped[old.pk]) and capped[old.pk] > 0
+
+
+def test_a_hyphenated_word_is_counted_like_any_other(people, shared_fragment):
+    for n in range(6):
+        shared_fragment(f"Our state-of-the-art pipeline number {n}.")
+    design = shared_fragment("The design review is on Thursday.")
+    result = fragments_search(caller=people.caller(people.bruno), query="state-of-the-art design")
+    # "state-of-the-art" is in every fragment but one: it is the common word, "design" the rare one.
+    assert result.hits[0].fragment.pk == design.pk
 
 
 def test_a_neighbour_that_fails_the_row_check_helps_nobody(people, monkeypatch):
-    document = ingest.document_validated(resource_id="chat/1", title="Chat", turns=[
-        {"speaker": "Caroline", "text": "The zanzibar festival tickets are sold out."},
-        {"speaker": "Melanie", "text": "Oh no."},
-        {"speaker": "Caroline", "text": "Maybe next year."},
-    ])
-    ingest.document_upsert(source=people.wiki, document=document)
+    conversation(people, "chat/1", [("Caroline", "The zanzibar festival tickets are sold out."),
+                                    ("Melanie", "Oh no."), ("Caroline", "Maybe next year.")])
     bruno = people.caller(people.bruno)
     seen = {hit.fragment.value: hit.score for hit in fragments_search(caller=bruno, query="zanzibar festival").hits}
     assert "Melanie: Oh no." in seen  # found by its context, helped by the turn before it

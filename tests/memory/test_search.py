@@ -91,8 +91,9 @@ def test_both_index_queries_carry_the_visibility_predicate(bruno):
     lexical = [s for s in sql if "@@" in s and "ORDER BY" in s]
     assert len(vector) == 1 and len(lexical) == 1
     # BM25's statistics (N, mean length, each lexeme's frequency) and its
-    # matches each carry the predicate: nothing outside it is counted.
-    assert lexical[0].count('"retired_at" IS NULL') == 2 + len(search.query_lexemes("VPN config vault"))
+    # matches (the newest ones, and the vector candidates') each carry the
+    # predicate: nothing outside it is counted.
+    assert lexical[0].count('"retired_at" IS NULL') == 3 + len(search.query_lexemes("VPN config vault"))
     for statement in vector + lexical:
         assert '"tenant_id" =' in statement
         assert '"owner_user_id" =' in statement
