@@ -187,7 +187,11 @@ def latency(samples: list[float]) -> dict[str, float]:
             "n": len(samples)}
 
 
-def candidates_of(caller, query: str, embedder) -> list[dict]:  # type: ignore[no-untyped-def]
+# --bm25-grid: BM25's own parameters (k1, b, own words' weight) tried by bench/locomo_tune.py.
+BM25_GRID = [(k1, b, own) for k1 in (0.8, 1.2) for b in (0.3, 0.5, 0.75) for own in (1.0, 1.5, 2.0)]
+
+
+def candidates_of(caller, query: str, embedder, ranking=None) -> list[dict]:  # type: ignore[no-untyped-def]
     """Every candidate the product's search scores for `query`, with what
     fusion reads (bench/locomo_tune.py fuses them offline)."""
     from django.db import transaction
@@ -200,7 +204,7 @@ def candidates_of(caller, query: str, embedder) -> list[dict]:  # type: ignore[n
     with transaction.atomic(), search.index_settings():
         policy = access.read_policy(caller=caller, as_of=timezone.now())
         candidates, _, _ = search.scored_candidates(policy=policy, query=query, query_vector=vector, limit=K,
-                                                    deadline=search.Deadline(30), ranking=search.RANKING)
+                                                    deadline=search.Deadline(30), ranking=ranking or search.RANKING)
     return [{"id": str(pk), "lexical": c.lexical_score, "cosine": c.vector_similarity, "document": c.document,
              "position": c.position} for pk, c in candidates.items()]
 
@@ -280,10 +284,12 @@ class McpReader:
 
 def run(args: argparse.Namespace) -> dict:
     import contextlib
+    from dataclasses import replace
 
     from django.db import connection
 
     from memoryhub.embeddings import get_embedder
+    from memoryhub.services import search
     from memoryhub.services.search import fragments_search
 
     data = conversations(Path(args.data))
@@ -329,6 +335,12 @@ def run(args: argparse.Namespace) -> dict:
                                    "evidence": [str(e) for e in qa["evidence"]],
                                    "candidates": [{**c, "dia": dia[c["id"]]}
                                                   for c in candidates_of(caller, question, embedder)]})
+                    if args.bm25_grid:
+                        dumped[-1]["candidates_by_bm25"] = {
+                            f"{k1}/{b}/{own}": [{**c, "dia": dia[c["id"]]} for c in candidates_of(
+                                caller, question, embedder,
+                                replace(search.RANKING, bm25_k1=k1, bm25_b=b, own_words_weight=own))]
+                            for k1, b, own in BM25_GRID}
                 t0 = time.perf_counter()
                 result = fragments_search(caller=caller, query=question, limit=K)
                 search_ms.append((time.perf_counter() - t0) * 1000)
@@ -393,6 +405,7 @@ def main() -> None:
     parser.add_argument("--label", default="", help="results go to bench/results/locomo_eval_<label>.json")
     parser.add_argument("--dump", default="", help="also write every question's scored candidates to this file "
                         "(outside the repository: it holds the data's ids), for bench/locomo_tune.py")
+    parser.add_argument("--bm25-grid", action="store_true", help="with --dump: also BM25's parameters over a grid")
     parser.add_argument("--pool", type=int, default=0,
                         help="candidates per index query (default: the product's, search.CANDIDATES_MIN)")
     args = parser.parse_args()

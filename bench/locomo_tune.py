@@ -16,6 +16,11 @@ one with the best nDCG@10 there is chosen (within 0.001, the higher R@10). The
 held-out conversation is then scored with it: the mean over the folds is the
 estimate of what the held-out half of LoCoMo will show. The product takes the
 point most folds chose (a tie: the better nDCG@10 on all five).
+
+With a dump made with --bm25-grid the same rule runs over the joint grid of
+BM25's own parameters (locomo_eval.BM25_GRID: k1, b, the weight of a
+fragment's own words against its context) and a narrower fusion grid
+(JOINT_* below).
 """
 
 from __future__ import annotations
@@ -35,20 +40,25 @@ VECTOR_WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6)
 NEIGHBOUR_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 DOCUMENT_WEIGHTS = (0.0, 0.15, 0.3, 0.45)
 TIE = 0.001
+JOINT_VECTOR_WEIGHTS = (0.2, 0.3, 0.4)
+JOINT_NEIGHBOUR_WEIGHTS = (0.25, 0.5)
+JOINT_DOCUMENT_WEIGHTS = (0.3, 0.45)
 
 
-def per_question(questions: list[dict], ranking) -> list[dict]:  # type: ignore[no-untyped-def]
-    """Each question's R@10 and nDCG@10 with `ranking`, as the product would serve it."""
+def per_question(questions: list[dict], ranking, bm25: str = "") -> list[dict]:  # type: ignore[no-untyped-def]
+    """Each question's R@10 and nDCG@10 with `ranking` (and BM25's parameters
+    `bm25`, from a --bm25-grid dump), as the product would serve it."""
     import uuid
 
     from memoryhub.services.search import Candidate, fuse_scores, is_match
 
     out = []
     for question in questions:
+        scored = question["candidates_by_bm25"][bm25] if bm25 else question["candidates"]
         candidates = {uuid.UUID(c["id"]): Candidate(lexical_score=c["lexical"], vector_similarity=c["cosine"],
                                                     document=c["document"], position=c["position"])
-                      for c in question["candidates"]}
-        dia = {uuid.UUID(c["id"]): c["dia"] for c in question["candidates"]}
+                      for c in scored}
+        dia = {uuid.UUID(c["id"]): c["dia"] for c in scored}
         scores = fuse_scores(candidates, ranking)
         ordered = sorted((pk for pk in scores if is_match(candidates[pk], scores[pk])),
                          key=lambda pk: (-scores[pk], str(pk)))
@@ -92,14 +102,19 @@ def main() -> None:
     questions = json.loads(Path(args.dump).read_text())
     today = {name: row for name, row in json.loads(Path(args.today).read_text())["service"].items()}
     conversations = sorted({q["conversation"] for q in questions})
-    grid = list(product(VECTOR_WEIGHTS, NEIGHBOUR_WEIGHTS, DOCUMENT_WEIGHTS))
+    settings = sorted(questions[0].get("candidates_by_bm25", {})) or [""]
+    if settings == [""]:
+        grid = [(v, n, d, "") for v, n, d in product(VECTOR_WEIGHTS, NEIGHBOUR_WEIGHTS, DOCUMENT_WEIGHTS)]
+    else:
+        grid = [(v, n, d, bm25) for bm25 in settings for v, n, d in
+                product(JOINT_VECTOR_WEIGHTS, JOINT_NEIGHBOUR_WEIGHTS, JOINT_DOCUMENT_WEIGHTS)]
 
     def ranking(point):  # type: ignore[no-untyped-def]
-        vector, neighbour, document = point
+        vector, neighbour, document, _ = point
         return replace(RANKING, vector_weight=vector, lexical_weight=round(1 - vector, 2),
                        neighbour_weight=neighbour, document_weight=document)
 
-    scored = {p: per_question(questions, ranking(p)) for p in grid}
+    scored = {p: per_question(questions, ranking(p), p[3]) for p in grid}
     everything = {p: aggregate(rows) for p, rows in scored.items()}
     folds = []
     for held_out in conversations:
@@ -115,12 +130,16 @@ def main() -> None:
     most = max(votes.values())
     product_point = max((p for p, n in votes.items() if n == most), key=lambda p: everything[p]["all"]["ndcg"])
     loco = {key: statistics.fmean(f["held_out_figures"][key] for f in folds) for key in ("r10", "ndcg")}
-    print(f"chosen: vector {product_point[0]}, neighbour {product_point[1]}, document {product_point[2]}; "
+    print(f"chosen: vector {product_point[0]}, neighbour {product_point[1]}, document {product_point[2]}, "
+          f"bm25 k1/b/own {product_point[3] or 'as dumped'}; "
           f"leave-one-out estimate R@10 {loco['r10']:.4f} nDCG {loco['ndcg']:.4f}")
     print("on all five:", json.dumps({k: {m: round(v, 4) for m, v in row.items()}
                                       for k, row in everything[product_point].items()}))
-    write_results("locomo_tune", {
-        "grid": {"vector": VECTOR_WEIGHTS, "neighbour": NEIGHBOUR_WEIGHTS, "document": DOCUMENT_WEIGHTS},
+    joint = settings != [""]
+    write_results("locomo_tune_bm25" if joint else "locomo_tune", {
+        "grid": {"vector": JOINT_VECTOR_WEIGHTS if joint else VECTOR_WEIGHTS,
+                 "neighbour": JOINT_NEIGHBOUR_WEIGHTS if joint else NEIGHBOUR_WEIGHTS,
+                 "document": JOINT_DOCUMENT_WEIGHTS if joint else DOCUMENT_WEIGHTS, "bm25": settings},
         "folds": [{**f, "chosen": list(f["chosen"])} for f in folds],
         "chosen": list(product_point), "leave_one_out": loco,
         "all_five": {str(list(p)): everything[p] for p in grid},
