@@ -193,3 +193,13 @@ def test_a_document_sent_without_a_date_keeps_its_unchanged_turns_on_a_later_day
     after = live(people.wiki, "chat/undated")
     assert {f.position: f.pk for f in after[:2]} == before
     assert after[2].created_at > earlier and after[2].context.endswith(after[1].value)
+
+
+def test_a_sources_single_fragment_is_searchable_with_its_documents_title(people):
+    from memoryhub.services.ingest import fragment_ingest
+
+    fragment, _ = fragment_ingest(source=people.wiki, value="Restart the payments worker first.", created_at=MAY_8,
+                                  resources=[{"id": "runbooks/payments.md", "title": "Payments runbook"}])
+    fragment.refresh_from_db()
+    assert fragment.context == "8 May 2023\nPayments runbook"
+    assert fragment.value == "Restart the payments worker first."
