@@ -425,19 +425,17 @@ def document_upsert(*, source: Source, document: Document, now: dt.datetime | No
         # What each place should hold now; a live fragment is kept when it holds
         # exactly that (its context dated with its own day: a document sent
         # without created_at keeps its unchanged fragments on a later day too).
-        pending = {piece.position: piece
-                   for piece in document_pieces(document, created_at=document.created_at or now)}
-        pieces_at: dict[dt.datetime, list[Piece]] = {}
+        created_at = document.created_at or now
+        pieces_at = {created_at: document_pieces(document, created_at=created_at)}
+        pending = {piece.position: piece for piece in pieces_at[created_at]}
         keep: set = set()
         for fragment in live:
             same_home = fragment.collection_id == collection.pk and (
                 document.created_at is None or fragment.created_at == document.created_at
             )
-            if not same_home or fragment.position not in pending:
+            expected = _piece_at(document, fragment, pieces_at)
+            if not same_home or expected is None or fragment.position not in pending:
                 continue
-            if fragment.created_at not in pieces_at:
-                pieces_at[fragment.created_at] = document_pieces(document, created_at=fragment.created_at)
-            expected = pieces_at[fragment.created_at][fragment.position]
             if (fragment.content_hash, fragment.context) == (chunk_hash(expected.value), expected.context):
                 keep.add(fragment.pk)
                 pending.pop(fragment.position)
@@ -463,13 +461,20 @@ def _contexts_renew(live: list[Fragment], document: Document) -> None:
     pieces_at: dict[dt.datetime, list[Piece]] = {}
     changed = []
     for fragment in live:
-        if fragment.created_at not in pieces_at:
-            pieces_at[fragment.created_at] = document_pieces(document, created_at=fragment.created_at)
-        pieces = pieces_at[fragment.created_at]
-        if fragment.position is not None and fragment.position < len(pieces):
-            fragment.context = pieces[fragment.position].context
+        expected = _piece_at(document, fragment, pieces_at)
+        if expected is not None:
+            fragment.context = expected.context
             changed.append(fragment)
     Fragment.objects.bulk_update(changed, ["context"])
+
+
+def _piece_at(document: Document, fragment: Fragment, pieces_at: dict[dt.datetime, list[Piece]]) -> Piece | None:
+    """What `fragment`'s place in `document` holds, dated with the fragment's
+    own day (`pieces_at` keeps the document's pieces per day)."""
+    if fragment.created_at not in pieces_at:
+        pieces_at[fragment.created_at] = document_pieces(document, created_at=fragment.created_at)
+    pieces = pieces_at[fragment.created_at]
+    return pieces[fragment.position] if fragment.position is not None and fragment.position < len(pieces) else None
 
 
 def _fragments_create(

@@ -90,10 +90,6 @@ class Ranking:
     # in the same document: a reply is found with the question it answers.
     neighbour_weight: float = 0.5
     document_weight: float = 0.45
-    # "raise": a fragment's neighbours can only raise its own score (a
-    # fragment with no document, a person's memory, is on the same scale as a
-    # turn); "mix": every fragment is the weighted mix, divided by the weights' sum.
-    neighbour_fusion: Literal["raise", "mix"] = "raise"
     # PostgreSQL rank normalisation bits for ts_rank (32: r/(r+1)).
     lexical_normalization: int = 32
 
@@ -819,9 +815,10 @@ def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None 
                              for other in places.get(candidate.position + offset, ())), default=0.0)
             document = max((own[other] for members in places.values() for other in members if other != pk),
                            default=0.0)
+        # Neighbours only ever raise a score: a fragment with no document (a
+        # person's memory) stays on the same scale as a turn.
         mixed = (own[pk] + ranking.neighbour_weight * neighbour + ranking.document_weight * document) / total
-        score = max(own[pk], mixed) if ranking.neighbour_fusion == "raise" else mixed
-        scores[pk] = min(1.0, max(0.0, score))
+        scores[pk] = min(1.0, max(0.0, own[pk], mixed))
     return scores
 
 
