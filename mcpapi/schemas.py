@@ -270,6 +270,23 @@ RECEIPT_OUTPUT: Final[JSONSchema] = {
         "extra_now": _string_list("Served now, not then."),
         "replayed": {"type": "boolean", "description": "False when the receipt could not be re-executed."},
         "note": _nullable("string", "Why the receipt could not be replayed, when it could not."),
+        "chain": {
+            "type": "object",
+            "description": "The receipt's entry in the workspace's tamper-evident receipt chain.",
+            "properties": {
+                "seq": {"type": "integer", "description": "Its place in the chain."},
+                "hash": {"type": "string", "description": "Its entry's SHA-256 (hex)."},
+                "verified": {
+                    "type": "boolean",
+                    "description": "True when the entry still matches what the receipt records and links to "
+                                   "the entries on either side.",
+                },
+                "checkpoint_signed_at": _nullable(
+                    "string", "When the first signed checkpoint covering this entry was signed, if one has."),
+                "note": {"type": "string", "description": "What the check found, in words."},
+            },
+            "required": ["seq", "hash", "verified", "note"],
+        },
     },
     "required": [
         "query",
@@ -282,6 +299,7 @@ RECEIPT_OUTPUT: Final[JSONSchema] = {
         "missing_now",
         "extra_now",
         "replayed",
+        "chain",
     ],
 }
 

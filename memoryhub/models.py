@@ -402,6 +402,13 @@ class Receipt(models.Model):
         help_text="The result budget the served list was cut to (e.g. the MCP tool result's); a replay applies it.",
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # Its entry in the workspace's hash chain (contract/receipt_chain.py).
+    served_hashes = models.JSONField(
+        default=list, help_text="SHA-256 of each served fragment's stored value, in the order of `served`."
+    )
+    chain_seq = models.BigIntegerField()
+    chain_prev = models.CharField(max_length=64)
+    chain_hash = models.CharField(max_length=64)
 
     class Meta:
         indexes = [models.Index(name="receipt_reader", fields=["tenant", "subject", "created_at"])]
@@ -410,11 +417,43 @@ class Receipt(models.Model):
                 name="receipt_one_reader",
                 condition=Q(reader_user__isnull=False, reader_agent__isnull=True)
                 | Q(reader_user__isnull=True, reader_agent__isnull=False),
-            )
+            ),
+            models.UniqueConstraint(fields=["tenant", "chain_seq"], name="receipt_chain_place"),
         ]
 
     def __str__(self) -> str:
         return self.id
+
+
+class ReceiptChain(models.Model):
+    """The head of a workspace's receipt chain. Appending updates this one row
+    (memoryhub.services.receipt_chain.receipt_append), which orders concurrent
+    searches of a workspace at their commit."""
+
+    tenant = models.OneToOneField(Tenant, primary_key=True, on_delete=models.CASCADE, related_name="receipt_chain")
+    seq = models.BigIntegerField()
+    prev = models.CharField(max_length=64)
+    head = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}@{self.seq}"
+
+
+class ReceiptCheckpoint(models.Model):
+    """A chain head signed with the deployment's Ed25519 key."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="receipt_checkpoints")
+    seq = models.BigIntegerField()
+    head = models.CharField(max_length=64)
+    signed_at = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    signature = models.CharField(max_length=128)
+
+    class Meta:
+        indexes = [models.Index(name="checkpoint_latest", fields=["tenant", "-seq"])]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}@{self.seq}"
 
 
 class IdempotencyRecord(models.Model):

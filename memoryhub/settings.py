@@ -192,8 +192,15 @@ CELERY_RESULT_EXPIRES = 3600
 # for longer than this are enqueued again; `./dev serve` runs the beat inside
 # its worker, a deployment runs `celery -A memoryhub beat` once.
 MEMORYHUB_SWEEP_SECONDS = envint("MEMORYHUB_SWEEP_SECONDS", 60)
+# Receipt chain checkpoints: how often the head of each workspace's chain is
+# signed (when it moved), and where the Ed25519 key lives (made on first use).
+MEMORYHUB_RECEIPT_CHECKPOINT_SECONDS = envint("MEMORYHUB_RECEIPT_CHECKPOINT_SECONDS", 86400)
+MEMORYHUB_RECEIPT_KEY_FILE = os.environ.get("MEMORYHUB_RECEIPT_KEY_FILE", "")
 CELERY_BEAT_SCHEDULE = {
     "sweep-pending-enrichment": {"task": "memoryhub.tasks.sweep_pending", "schedule": float(MEMORYHUB_SWEEP_SECONDS)},
+    "checkpoint-receipt-chains": {
+        "task": "memoryhub.tasks.checkpoint_receipts", "schedule": float(MEMORYHUB_RECEIPT_CHECKPOINT_SECONDS),
+    },
 }
 
 PASSWORD_HASHERS = [

@@ -1,5 +1,5 @@
 """Celery tasks, the only tasks module: thin wrappers that load by id and call
-one service (memoryhub.services.enrichment).
+one service (memoryhub.services.enrichment, memoryhub.services.receipt_chain).
 
 Tasks are acknowledged after they run and rejected when a worker is lost
 (settings: CELERY_TASK_ACKS_LATE, CELERY_TASK_REJECT_ON_WORKER_LOST), so a
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from memoryhub.services import enrichment
+from memoryhub.services import enrichment, receipt_chain
 
 _RETRY = {"autoretry_for": (Exception,), "retry_backoff": 5, "retry_backoff_max": 600, "retry_jitter": True}
 
@@ -35,3 +35,10 @@ def sweep_pending() -> int:
     """The periodic sweep (settings.CELERY_BEAT_SCHEDULE): enqueue enrichment again
     for fragments left pending longer than a sweep interval."""
     return enrichment.sweep_pending()
+
+
+@shared_task(name=receipt_chain.CHECKPOINT_TASK, acks_late=True, max_retries=5, **_RETRY)
+def checkpoint_receipts() -> int:
+    """The periodic checkpoint (settings.CELERY_BEAT_SCHEDULE): sign the head of
+    every workspace's receipt chain that moved since its last checkpoint."""
+    return receipt_chain.checkpoints_due()

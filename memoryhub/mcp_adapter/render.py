@@ -124,4 +124,11 @@ def receipt_output(replay: ReceiptReplay) -> dict[str, Any]:
         "replayed": replay.replayed,
         "replayed_as_of": iso(replay.replayed_as_of),
         "note": replay.note,
+        "chain": {
+            "seq": replay.chain.seq,
+            "hash": replay.chain.hash,
+            "verified": replay.chain.verifies,
+            "checkpoint_signed_at": iso(replay.chain.checkpoint.signed_at) if replay.chain.checkpoint else None,
+            "note": replay.chain.note,
+        },
     }

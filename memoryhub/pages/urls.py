@@ -33,6 +33,8 @@ workspace_urls = [
     path("agents/<slug:name>/revoke/", workspace.agent_revoke, name="agent_revoke"),
     path("sources/", workspace.sources_page, name="sources"),
     path("sources/add/", workspace.source_add, name="source_add"),
+    path("receipts/", workspace.receipt_chain_page, name="receipt_chain"),
+    path("receipts/checkpoint/", workspace.receipt_checkpoint, name="receipt_checkpoint"),
     path("settings/", workspace.settings_page, name="settings"),
 ]
 

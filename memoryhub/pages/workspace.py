@@ -6,6 +6,8 @@ calls one service (which asks memoryhub.access) and renders."""
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -27,7 +29,16 @@ from memoryhub.pages.forms import (
     SourceForm,
     form_error,
 )
-from memoryhub.services import access_rules, agents, collections, members, roles, sources, workspaces
+from memoryhub.services import (
+    access_rules,
+    agents,
+    collections,
+    members,
+    receipt_chain,
+    roles,
+    sources,
+    workspaces,
+)
 from memoryhub.services.agents import AgentCredentials
 
 
@@ -339,6 +350,33 @@ def _ingest_endpoint(request: HttpRequest) -> str:
         return request.build_absolute_uri(reverse("ingest-document-upsert"))
     except NoReverseMatch:
         return ""
+
+
+# --------------------------------------------------------------------------- the receipt chain
+
+
+@require_GET
+@login_required
+def receipt_chain_page(request: SignedInRequest) -> HttpResponse:
+    caller = admin_caller(request)
+    overview = receipt_chain.chain_overview(caller=caller)
+    return render(request, "workspace/receipt_chain.html", {
+        "workspace": caller.tenant,
+        "chain": overview,
+        "checkpoint_items": [(item, json.dumps(item)) for item in map(receipt_chain.checkpoint_item,
+                                                                     overview.checkpoints)],
+    })
+
+
+@require_POST
+@login_required
+def receipt_checkpoint(request: SignedInRequest) -> HttpResponse:
+    checkpoint = receipt_chain.checkpoint_sign(caller=admin_caller(request))
+    if checkpoint is None:
+        messages.info(request, "No receipt was added since the last checkpoint: nothing to sign.")
+    else:
+        messages.success(request, f"Checkpoint signed at entry {checkpoint.seq}.")
+    return redirect("workspace:receipt_chain")
 
 
 # --------------------------------------------------------------------------- settings

@@ -5,6 +5,9 @@ and the result budget the original read was cut to) under the reader's rights
 of today: an explicit as_of is kept, an implicit one becomes "now". It serves
 nothing: it returns fragment ids and the difference.
 
+A replay also checks the receipt's entry in the workspace's hash chain
+(memoryhub.services.receipt_chain.entry_check).
+
 A receipt is found only among the caller's own (memoryhub.access.own_receipts):
 somebody else's id, an id of another workspace and an id that never existed
 all get the same answer, so the answer cannot be used to learn whether a
@@ -29,6 +32,7 @@ from memoryhub.models import Fragment, Receipt
 from memoryhub.services.arguments import checked_text, uuid_or_none
 from memoryhub.services.fragments import FragmentView, fragment_views
 from memoryhub.services.paging import Page, keyset_page
+from memoryhub.services.receipt_chain import EntryCheck, entry_check
 from memoryhub.services.search import (
     Deadline,
     ResultBudget,
@@ -46,6 +50,7 @@ class ReceiptReplay:
     receipt: Receipt
     reader: str
     replayed_as_of: dt.datetime
+    chain: EntryCheck
     served_now: list[str] = field(default_factory=list)
     replayed: bool = False
     note: str | None = None
@@ -86,7 +91,8 @@ def receipt_replay(
     original was cut to (by name, memoryhub.services.search.budget_named)."""
     receipt = receipt_get(caller=caller, receipt_id=receipt_id)
     replay_as_of = receipt.as_of if receipt.as_of_explicit else timezone.now()
-    replay = ReceiptReplay(receipt=receipt, reader=caller.display_name, replayed_as_of=replay_as_of)
+    replay = ReceiptReplay(receipt=receipt, reader=caller.display_name, replayed_as_of=replay_as_of,
+                           chain=entry_check(receipt))
     same_budget = budget_named(receipt.budget)
     try:
         replay.served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds, same_budget)

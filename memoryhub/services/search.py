@@ -46,12 +46,14 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from contract import limits
+from contract.receipt_chain import value_hash
 from memoryhub import access
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import TEXT_SEARCH_CONFIG, EnforcementAlarm, Fragment, Receipt, new_receipt_id
 from memoryhub.observability import ENFORCEMENT_ALARMS, phase
+from memoryhub.services import receipt_chain
 from memoryhub.services.arguments import checked_instant, checked_int, checked_strings, checked_text
 from memoryhub.services.provenance import Provenance, provenance_for
 
@@ -340,7 +342,7 @@ def fragments_search(
                 budget=budget,
             )
             with phase("receipt"):
-                Receipt.objects.create(
+                receipt_chain.receipt_append(Receipt(
                     id=receipt_id,
                     tenant=caller.tenant,
                     reader_user=caller.user,
@@ -353,9 +355,11 @@ def fragments_search(
                     as_of=instant,
                     as_of_explicit=request.as_of is not None,
                     served=execution.result.served_ids,
+                    served_hashes=[value_hash(hit.fragment.value) for hit in execution.result.hits],
                     abstained=execution.result.abstained,
                     budget=budget.name if budget is not None else "",
-                )
+                    created_at=timezone.now(),
+                ))
     except OperationalError as exc:
         if is_cancelled(exc):
             raise deadline.exceeded() from exc

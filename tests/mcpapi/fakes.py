@@ -168,6 +168,7 @@ class FakeMemoryClient:
             "served": [fragment["id"] for fragment in answer["fragments"]],
             "as_of": answer["as_of"],
             "as_of_explicit": arguments.get("as_of") is not None,
+            "seq": len(self.store.receipts) + 1,
         }
         return answer
 
@@ -248,6 +249,8 @@ class FakeMemoryClient:
             "replayed": True,
             "replayed_as_of": receipt["as_of"] if explicit else _iso(datetime.now(UTC)),
             "note": None if explicit else "The original read had no as_of; it was replayed as of now.",
+            "chain": {"seq": receipt["seq"], "hash": "0" * 64, "verified": True, "checkpoint_signed_at": None,
+                      "note": f"Chain entry {receipt['seq']} verifies against what it records and its neighbours."},
         }
 
     async def probe(self, principal: Principal) -> str:

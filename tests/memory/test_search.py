@@ -274,10 +274,10 @@ def test_the_receipt_is_written_in_the_reads_transaction(people, bruno, monkeypa
     private_fragment(people.caller(people.cleo), "Cleo's note about TLS certificates.")
     monkeypatch.setattr(search, "index_filter", lambda policy: Q())  # provoke an alarm inside the read
 
-    def fail(**kwargs):
+    def fail(self, *args, **kwargs):
         raise RuntimeError("receipt storage failed")
 
-    monkeypatch.setattr(Receipt.objects, "create", fail)
+    monkeypatch.setattr(Receipt, "save", fail)
     with pytest.raises(RuntimeError):
         fragments_search(caller=bruno, query="TLS certificates")
     # The alarm written earlier in the same transaction went with it: nothing half-recorded.

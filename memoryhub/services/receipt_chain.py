@@ -1,0 +1,264 @@
+"""Tamper-evident serving receipts: each workspace's receipts form one hash
+chain, and checkpoints sign its head with the deployment's Ed25519 key.
+
+The format (what a receipt's hash covers, how entries link, what a checkpoint
+signs) and the offline verifier are in `contract/receipt_chain.py`, which needs
+only the standard library. This module appends to the chain inside the
+search's own transaction, checks one entry for a replay, signs checkpoints and
+writes exports.
+
+A receipt's record commits to the request by its SHA-256, not its text: an
+admin's export proves the chain without showing anyone's queries, and the
+reader, who sees their own query on the receipt, can check it against the hash.
+
+Appending is one statement (`APPEND`): it advances the workspace's chain head
+row and returns the new entry's place, so concurrent searches of a workspace
+take their places in the order they commit and none can skip or share one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from contract.receipt_chain import (
+    FORMAT,
+    GENESIS,
+    checkpoint_message,
+    content_hash,
+    key_id,
+    link_hash,
+    public_key_text,
+)
+from memoryhub import access
+from memoryhub.access import Caller
+from memoryhub.models import Receipt, ReceiptChain, ReceiptCheckpoint, Tenant
+
+RECORD_VERSION = 1
+CHECKPOINT_TASK = "memoryhub.tasks.checkpoint_receipts"
+
+# One statement: the workspace's head row (ReceiptChain) advances by one entry.
+APPEND = """
+INSERT INTO memoryhub_receiptchain AS head (tenant_id, seq, prev, head)
+VALUES (%(tenant)s, 1, %(genesis)s,
+        encode(sha256(convert_to(%(genesis)s || ':1:' || %(content)s, 'UTF8')), 'hex'))
+ON CONFLICT (tenant_id) DO UPDATE SET
+    seq = head.seq + 1,
+    prev = head.head,
+    head = encode(sha256(convert_to(head.head || ':' || (head.seq + 1)::text || ':' || %(content)s, 'UTF8')),
+                  'hex')
+RETURNING seq, prev, head
+"""
+
+
+def instant(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def record_of(receipt: Receipt) -> dict[str, Any]:
+    """What a receipt's chain entry covers, from its stored fields (the same
+    function writes the entry, checks it on replay and exports it)."""
+    return {
+        "v": RECORD_VERSION,
+        "receipt": receipt.pk,
+        "workspace": str(receipt.tenant_id),
+        "reader": {"kind": receipt.principal_kind, "subject": receipt.subject, "user": receipt.reader_user_id,
+                   "agent": receipt.reader_agent_id},
+        "client_id": receipt.client_id,
+        "request_sha256": content_hash(receipt.request or {}),
+        "roles": list(receipt.roles or []),
+        "as_of": instant(receipt.as_of),
+        "as_of_explicit": receipt.as_of_explicit,
+        "served": [[pk, value] for pk, value in zip_longest(receipt.served or [], receipt.served_hashes or [])],
+        "abstained": receipt.abstained,
+        "budget": receipt.budget,
+        "created_at": instant(receipt.created_at),
+    }
+
+
+def receipt_append(receipt: Receipt) -> Receipt:
+    """Give `receipt` the next place in its workspace's chain and insert it:
+    two statements, inside the caller's transaction (the search's), which
+    holds the chain head until it commits."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("a receipt joins the chain inside the transaction of the read it records")
+    with connection.cursor() as cursor:
+        cursor.execute(APPEND, {"tenant": receipt.tenant_id, "genesis": GENESIS,
+                                "content": content_hash(record_of(receipt))})
+        receipt.chain_seq, receipt.chain_prev, receipt.chain_hash = cursor.fetchone()
+    receipt.save(force_insert=True)
+    return receipt
+
+
+# --------------------------------------------------------------------------- one entry, for a replay
+
+
+@dataclass(frozen=True)
+class EntryCheck:
+    seq: int
+    hash: str
+    verifies: bool
+    note: str
+    checkpoint: ReceiptCheckpoint | None = None
+
+
+def entry_check(receipt: Receipt) -> EntryCheck:
+    """Whether a receipt's entry still matches what it records and links to
+    its neighbours, and the first signed checkpoint at or after it."""
+    seq, stored = receipt.chain_seq, receipt.chain_hash
+    problem = None
+    if link_hash(receipt.chain_prev, seq, content_hash(record_of(receipt))) != stored:
+        problem = "what this receipt records changed after it was written"
+    else:
+        neighbours = dict(Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq__in=[seq - 1, seq + 1])
+                          .values_list("chain_seq", "chain_hash"))
+        before = GENESIS if seq == 1 else neighbours.get(seq - 1)
+        if before != receipt.chain_prev:
+            problem = "the entry before it is missing or was changed"
+        elif seq + 1 in neighbours:
+            if not Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq=seq + 1, chain_prev=stored).exists():
+                problem = "the entry after it does not link to it"
+        elif ReceiptChain.objects.filter(tenant_id=receipt.tenant_id, seq__gt=seq).exists():
+            problem = "the entry after it is missing"
+    checkpoint = (ReceiptCheckpoint.objects.filter(tenant_id=receipt.tenant_id, seq__gte=seq)
+                  .order_by("seq").first())
+    if problem:
+        return EntryCheck(seq, stored, False, f"Chain entry {seq} does not verify: {problem}.", checkpoint)
+    signed = (f" A checkpoint signed at {instant(checkpoint.signed_at)} covers it (seq {checkpoint.seq})."
+              if checkpoint else " No checkpoint has signed it yet.")
+    return EntryCheck(seq, stored, True, f"Chain entry {seq} verifies against what it records and its neighbours."
+                      + signed, checkpoint)
+
+
+# --------------------------------------------------------------------------- the signing key
+
+
+def _key_path() -> Path:
+    configured = getattr(settings, "MEMORYHUB_RECEIPT_KEY_FILE", "")
+    return Path(configured) if configured else Path(settings.DATA_DIR) / "receipt-signing-key.pem"
+
+
+def signing_key() -> Ed25519PrivateKey:
+    """The deployment's checkpoint key, made on first use (mode 0600, never
+    overwritten: two processes racing to make it end up with the same one)."""
+    path = _key_path()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pem = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(pem)
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise RuntimeError(f"{path} does not hold an Ed25519 private key")
+    return key
+
+
+def public_key() -> bytes:
+    return signing_key().public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _sign(tenant: Tenant) -> ReceiptCheckpoint | None:
+    with transaction.atomic():
+        head = ReceiptChain.objects.select_for_update().filter(tenant=tenant).first()
+        latest = ReceiptCheckpoint.objects.filter(tenant=tenant).order_by("-seq").first()
+        if head is None or (latest is not None and latest.seq >= head.seq):
+            return None
+        key = signing_key()
+        signed_at = timezone.now()
+        message = checkpoint_message(str(tenant.pk), head.seq, head.head, instant(signed_at))
+        return ReceiptCheckpoint.objects.create(
+            tenant=tenant, seq=head.seq, head=head.head, signed_at=signed_at, key_id=key_id(public_key()),
+            signature=key.sign(message).hex(),
+        )
+
+
+def checkpoint_sign(*, caller: Caller) -> ReceiptCheckpoint | None:
+    """Sign the caller's workspace's chain head now (None when no receipt was
+    added since the last checkpoint)."""
+    return _sign(access.require_admin(caller))
+
+
+def checkpoints_due() -> int:
+    """The periodic checkpoint (settings.CELERY_BEAT_SCHEDULE): every workspace
+    whose chain moved since its last checkpoint."""
+    signed = 0
+    for tenant in Tenant.objects.filter(receipt_chain__isnull=False):
+        signed += _sign(access.require_system(access.system_caller(tenant=tenant))) is not None
+    return signed
+
+
+@dataclass(frozen=True)
+class ChainOverview:
+    public_key: str
+    key_id: str
+    head_seq: int
+    head: str
+    checkpoints: list[ReceiptCheckpoint]
+
+
+def chain_overview(*, caller: Caller, limit: int = 20) -> ChainOverview:
+    """The admin page: the public key to publish, the head and the latest checkpoints."""
+    tenant = access.require_admin(caller)
+    head = ReceiptChain.objects.filter(tenant=tenant).first()
+    key = public_key()
+    return ChainOverview(
+        public_key=public_key_text(key), key_id=key_id(key), head_seq=head.seq if head else 0,
+        head=head.head if head else GENESIS,
+        checkpoints=list(ReceiptCheckpoint.objects.filter(tenant=tenant).order_by("-seq")[:limit]),
+    )
+
+
+def checkpoint_item(checkpoint: ReceiptCheckpoint) -> dict[str, Any]:
+    return {"kind": "checkpoint", "workspace": str(checkpoint.tenant_id), "seq": checkpoint.seq,
+            "head": checkpoint.head, "signed_at": instant(checkpoint.signed_at), "key_id": checkpoint.key_id,
+            "signature": checkpoint.signature}
+
+
+# --------------------------------------------------------------------------- exports
+
+
+def receipts_export(*, caller: Caller, since: dt.datetime | None = None) -> Iterator[dict[str, Any]]:
+    """The workspace's chain as export items (contract/receipt_chain.py): the
+    header, every entry from the first made at or after `since` in chain
+    order, then the checkpoints from there on. Read in one snapshot."""
+    tenant = access.require_admin(caller)
+    receipts = Receipt.objects.filter(tenant=tenant).order_by("chain_seq")
+    checkpoints = ReceiptCheckpoint.objects.filter(tenant=tenant).order_by("seq")
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        first_seq = 1
+        if since is not None:
+            first = receipts.filter(created_at__gte=since).values_list("chain_seq", flat=True).first()
+            first_seq = first if first is not None else (ReceiptChain.objects.filter(tenant=tenant)
+                                                         .values_list("seq", flat=True).first() or 0) + 1
+        yield {"kind": "export", "format": FORMAT, "workspace": str(tenant.pk), "workspace_slug": tenant.slug,
+               "exported_at": instant(timezone.now()), "since": instant(since) if since else None,
+               "first_seq": first_seq, "public_key": public_key_text(public_key())}
+        for receipt in receipts.filter(chain_seq__gte=first_seq).iterator(chunk_size=500):
+            yield {"kind": "receipt", "seq": receipt.chain_seq, "prev": receipt.chain_prev,
+                   "hash": receipt.chain_hash, "record": record_of(receipt)}
+        for checkpoint in checkpoints.filter(seq__gte=first_seq).iterator(chunk_size=500):
+            yield checkpoint_item(checkpoint)
