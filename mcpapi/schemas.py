@@ -169,7 +169,13 @@ _FRAGMENT: Final[JSONSchema] = {
         "confidence": {"type": "number", "description": "How sure the memory layer is of this fragment."},
         "grounding_status": {
             "type": "string",
-            "description": "How well the fragment is grounded in sources.",
+            "description": "How well the fragment is grounded in sources, as of the read: grounded (from a "
+                           "source document), stated (said by a person or agent), unverified, stale (a document "
+                           "it was linked to changed since) or ungrounded (that document was deleted).",
+        },
+        "grounding_note": {
+            "type": "string",
+            "description": "Why a fragment is stale or ungrounded, when it is.",
         },
         "created_at": {
             "type": "string",
@@ -270,6 +276,21 @@ RECEIPT_OUTPUT: Final[JSONSchema] = {
         "extra_now": _string_list("Served now, not then."),
         "replayed": {"type": "boolean", "description": "False when the receipt could not be re-executed."},
         "note": _nullable("string", "Why the receipt could not be replayed, when it could not."),
+        "grounding_changes": {
+            "type": "array",
+            "description": "Fragments served then (that you may read now) whose grounding changed since the read: "
+                           "a document they rest on changed or was deleted.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "Fragment id."},
+                    "then": {"type": "string", "description": "Its grounding status at the original read."},
+                    "now": {"type": "string", "description": "Its grounding status at the replay."},
+                    "note": _nullable("string", "Why, in words."),
+                },
+                "required": ["id", "then", "now"],
+            },
+        },
         "chain": {
             "type": "object",
             "description": "The receipt's entry in the workspace's tamper-evident receipt chain.",

@@ -918,10 +918,12 @@ def may_read_collection(caller: Caller, collection: Collection, *, audience: Aud
 
 def readable_documents(
     caller: Caller, resource_ids: Iterable[int], *, named_agent_ids: frozenset[int] = frozenset(),
-    audience: Audience | None = None,
+    audience: Audience | None = None, as_of: dt.datetime | None = None,
 ) -> frozenset[int]:
     """Of these documents (Resource ids), the ones `caller` may read now: a live
-    shared fragment of the document is visible to them under today's rules.
+    shared fragment of the document is visible to them under today's rules
+    (with `as_of`: a fragment live at that instant, still under today's rules;
+    how a deleted document is judged, memoryhub.services.provenance).
 
     A fragment carries a document's title and URI only for a reader who may
     read the document, both when a write is linked to a document (enrichment)
@@ -931,8 +933,7 @@ def readable_documents(
     wanted = frozenset(resource_ids)
     if not wanted or caller.kind == "system":
         return frozenset()
-    instant = timezone.now()
-    rule = visibility_rule(caller=caller, audience=audience or role_audience(caller), as_of=instant,
+    rule = visibility_rule(caller=caller, audience=audience or role_audience(caller), as_of=as_of or timezone.now(),
                            named_agent_ids=named_agent_ids)
     links = Fragment.resources.through.objects.filter(
         resource_id__in=sorted(wanted),

@@ -52,6 +52,15 @@ class Tenant(models.Model):
     )
     write_policy = models.CharField(max_length=16, choices=WritePolicy.choices, default=WritePolicy.OPEN)
     blocked_terms = models.JSONField(default=list, blank=True)
+
+    class StalePolicy(models.TextChoices):
+        SERVE = "serve", "Serve them, marked stale or ungrounded, with a note"
+        WITHHOLD = "withhold", "Do not serve them"
+
+    stale_policy = models.CharField(
+        max_length=16, choices=StalePolicy.choices, default=StalePolicy.SERVE,
+        help_text="Memories whose document changed or was deleted since they were linked to it.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -214,6 +223,22 @@ class Resource(models.Model):
         return self.title or self.external_id
 
 
+class ResourceVersion(models.Model):
+    """A document's content from `started_at` on (content_hash "" = deleted):
+    the history that tells whether a fragment linked to it was still grounded
+    at a read's instant."""
+
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="versions")
+    content_hash = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(name="resource_version_at", fields=["resource", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.resource_id}@{self.started_at:%Y-%m-%dT%H:%M:%S}"
+
+
 class SearchDocument(models.Func):
     """What full-text search indexes of a fragment: its own words (weight A)
     and its context (weight B), in the workspace's text search configuration."""
@@ -248,6 +273,10 @@ class Fragment(models.Model):
         GROUNDED = "grounded", "Grounded in a source document"
         STATED = "stated", "Stated in conversation"
         UNVERIFIED = "unverified", "Unverified"
+        # Judged when served (memoryhub.services.provenance), never stored:
+        # a document it was linked to changed, or was deleted, by the read's instant.
+        STALE = "stale", "Its document changed since"
+        UNGROUNDED = "ungrounded", "Its document was deleted"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="fragments")
@@ -283,6 +312,11 @@ class Fragment(models.Model):
     embedded_at = models.DateTimeField(null=True, blank=True)
     linked_at = models.DateTimeField(
         null=True, blank=True, help_text="When tier 2 decided the link of resource_ref (linked or not)."
+    )
+    grounded_versions = models.JSONField(
+        default=dict, blank=True,
+        help_text="For each linked document that is not its own source's (Resource id): the document's content "
+                  "hash when it was linked, so a later change shows as stale.",
     )
     context = models.TextField(
         blank=True, default="", db_default="",

@@ -30,17 +30,20 @@ def fragment_output(hit: Hit) -> dict[str, Any]:
     fragment = hit.fragment
     value = clip_utf8(fragment.value, FRAGMENT_VALUE_MAX_BYTES)
     score = hit.score
-    return {
+    output = {
         "id": str(fragment.pk),
         "value": value,
         "value_truncated": value != fragment.value,
         "confidence": round(float(fragment.confidence), 4),
-        "grounding_status": fragment.grounding_status,
+        "grounding_status": hit.provenance.grounding or fragment.grounding_status,
         "created_at": iso(fragment.created_at),
         "agents": list(hit.provenance.agents),
         "resources": [{"id": d.id, "title": d.title, "uri": d.uri} for d in hit.provenance.documents],
         "score": None if score is None or math.isnan(score) else round(score, 4),
     }
+    if hit.provenance.grounding_note:
+        output["grounding_note"] = hit.provenance.grounding_note
+    return output
 
 
 def search_output(result: SearchResult, *, hits: int | None = None) -> dict[str, Any]:
@@ -124,6 +127,10 @@ def receipt_output(replay: ReceiptReplay) -> dict[str, Any]:
         "replayed": replay.replayed,
         "replayed_as_of": iso(replay.replayed_as_of),
         "note": replay.note,
+        "grounding_changes": [
+            {"id": change.fragment_id, "then": change.then, "now": change.now, "note": change.note}
+            for change in replay.grounding_changes
+        ],
         "chain": {
             "seq": replay.chain.seq,
             "hash": replay.chain.hash,

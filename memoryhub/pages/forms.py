@@ -120,6 +120,11 @@ class SettingsForm(forms.Form):
         help_text="0 to 1. A search abstains when no visible fragment scores at or above it.",
     )
     write_policy = forms.ChoiceField(choices=Tenant.WritePolicy.choices, label="Write policy")
+    stale_policy = forms.ChoiceField(
+        choices=Tenant.StalePolicy.choices, label="Memories whose document changed or was deleted", required=False,
+        help_text="A person's or agent's memory linked to a document that has changed since is stale; one whose "
+                  "document was deleted is ungrounded.",
+    )
     blocked_terms = forms.CharField(
         required=False, label="Blocked terms", widget=forms.Textarea(attrs={"rows": 5}),
         help_text="One per line. With the blocklist policy, facts mentioning one are dropped (policy_drop).",

@@ -390,6 +390,7 @@ def settings_page(request: SignedInRequest) -> HttpResponse:
     form = SettingsForm(request.POST or None, initial={
         "judgment_plane": tenant.judgment_plane, "relevance_floor": tenant.relevance_floor,
         "write_policy": tenant.write_policy, "blocked_terms": "\n".join(tenant.blocked_terms or []),
+        "stale_policy": tenant.stale_policy,
     })
     if request.method == "POST":
         if form.is_valid():
@@ -398,6 +399,7 @@ def settings_page(request: SignedInRequest) -> HttpResponse:
                 workspaces.workspace_settings_update(
                     caller=caller, judgment_plane=data["judgment_plane"], relevance_floor=data["relevance_floor"],
                     write_policy=data["write_policy"], blocked_terms=data["blocked_terms"].splitlines(),
+                    stale_policy=data["stale_policy"] or None,
                 )
             except errors.MemoryhubError as exc:
                 form_error(form, exc)

@@ -197,6 +197,9 @@ def fragments_link_documents(*, fragment_ids: Sequence[str]) -> int:
         document = access.document_to_link(writer, fragment.resource_ref) if writer is not None else None
         if document is not None:
             fragment.resources.add(document)
+            # The version it rests on: a later change of the document shows as stale.
+            fragment.grounded_versions = {**(fragment.grounded_versions or {}), str(document.pk): document.content_hash}
+            fragment.save(update_fields=["grounded_versions"])
             linked += 1
     # Decided either way: the sweep does not come back to it.
     Fragment.objects.filter(pk__in=decided, linked_at__isnull=True).update(linked_at=timezone.now())

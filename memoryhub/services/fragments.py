@@ -134,6 +134,12 @@ class FragmentView:
     resources: list[DocumentRef] = field(default_factory=list)
     app_name: str = ""
     owned: bool = False
+    grounding: str = ""
+    grounding_note: str | None = None
+
+    @property
+    def grounding_label(self) -> str:
+        return dict(Fragment.Grounding.choices).get(self.grounding, self.grounding)
 
     @property
     def live(self) -> bool:
@@ -152,7 +158,8 @@ def fragment_views(caller: Caller, fragments: Iterable[Fragment]) -> list[Fragme
         FragmentView(
             fragment=fragment, agents=list(provenance[fragment.pk].agents),
             resources=list(provenance[fragment.pk].documents), app_name=app_names.get(fragment.client_id, ""),
-            owned=access.owns_fragment(caller, fragment),
+            owned=access.owns_fragment(caller, fragment), grounding=provenance[fragment.pk].grounding,
+            grounding_note=provenance[fragment.pk].grounding_note,
         )
         for fragment in fragments
     ]

@@ -26,6 +26,11 @@ written, and written in one transaction.
 - Delete. Every live fragment of the document is retired ("forgotten") at this
   instant; the resource keeps its row, marked deleted.
 
+Every change of content (and a deletion) starts a new ResourceVersion, so a
+memory linked to the document can be judged stale or ungrounded as of any
+instant (memoryhub.services.provenance). The document's own fragments never go
+stale: the upsert that changes the document replaces them in its transaction.
+
 Tier 1 is the commit itself: the fragments are in the full-text index at once.
 Tier 2, the embedding, runs in Celery (memoryhub.services.enrichment) after
 commit, in batches; its write only fills a vector that is still empty, so a redelivered
@@ -51,7 +56,7 @@ from django.utils import timezone
 from contract import limits
 from memoryhub import access
 from memoryhub.errors import InvalidArgument, NotFound
-from memoryhub.models import Collection, Fragment, Resource, Source
+from memoryhub.models import Collection, Fragment, Resource, ResourceVersion, Source
 from memoryhub.services.arguments import checked_instant, checked_text
 from memoryhub.services.enrichment import embedding_enqueue, enrichment_enqueue
 from memoryhub.services.indexing import fragment_context
@@ -421,6 +426,7 @@ def document_upsert(*, source: Source, document: Document, now: dt.datetime | No
         resource.title, resource.uri, resource.created_at = document.title, document.uri, document.created_at
         resource.content_hash, resource.updated_at, resource.deleted_at = content_hash, now, None
         resource.save()
+        ResourceVersion.objects.create(resource=resource, content_hash=content_hash, started_at=now)
 
         # What each place should hold now; a live fragment is kept when it holds
         # exactly that (its context dated with its own day: a document sent
@@ -537,6 +543,7 @@ def document_delete(*, source: Source, resource_id: Any, now: dt.datetime | None
         retired = _live_fragments(source, resource).update(retired_at=now, retired_reason=Fragment.Retired.FORGOTTEN)
         resource.deleted_at, resource.updated_at, resource.content_hash = now, now, ""
         resource.save(update_fields=["deleted_at", "updated_at", "content_hash"])
+        ResourceVersion.objects.create(resource=resource, content_hash="", started_at=now)
     return DeleteResult(resource_id, "deleted", retired=retired)
 
 

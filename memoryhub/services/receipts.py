@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import OperationalError, transaction
+from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from contract import limits
@@ -32,6 +33,7 @@ from memoryhub.models import Fragment, Receipt
 from memoryhub.services.arguments import checked_text, uuid_or_none
 from memoryhub.services.fragments import FragmentView, fragment_views
 from memoryhub.services.paging import Page, keyset_page
+from memoryhub.services.provenance import provenance_for
 from memoryhub.services.receipt_chain import EntryCheck, entry_check
 from memoryhub.services.search import (
     Deadline,
@@ -45,6 +47,16 @@ from memoryhub.services.search import (
 RECEIPT_NOT_YOURS = "No receipt with this id is yours to replay; you can reopen only receipts of your own reads."
 
 
+@dataclass(frozen=True)
+class GroundingChange:
+    """A fragment served then whose grounding is not what it was at the read."""
+
+    fragment_id: str
+    then: str
+    now: str
+    note: str | None = None
+
+
 @dataclass
 class ReceiptReplay:
     receipt: Receipt
@@ -54,6 +66,7 @@ class ReceiptReplay:
     served_now: list[str] = field(default_factory=list)
     replayed: bool = False
     note: str | None = None
+    grounding_changes: list[GroundingChange] = field(default_factory=list)
 
     @property
     def request(self) -> dict:
@@ -100,9 +113,29 @@ def receipt_replay(
         replay.note = f"The read could not be re-executed: {exc.message}"
         return replay
     replay.replayed = True
+    replay.grounding_changes = _grounding_changes(caller, replay)
     if not receipt.as_of_explicit:
         replay.note = "The original read had no as_of; it was replayed as of now."
     return replay
+
+
+def _grounding_changes(caller: Caller, replay: ReceiptReplay) -> list[GroundingChange]:
+    """Of what the read served then and the caller may read now, each fragment
+    whose grounding at the replay's instant differs from the read's."""
+    pks = [pk for pk in (uuid_or_none(value) for value in replay.served_then) if pk is not None]
+    if not pks:
+        return []
+    candidates = access.with_access_facts(Fragment.objects.filter(tenant=caller.tenant, pk__in=pks)).defer(
+        "embedding", "search_vector")
+    shown = access.fragments_shown_to(caller, candidates)
+    prefetch_related_objects(shown, "agents", "resources")
+    then = provenance_for(caller, shown, instant=replay.receipt.as_of)
+    now = provenance_for(caller, shown, instant=replay.replayed_as_of)
+    return [
+        GroundingChange(str(fragment.pk), then[fragment.pk].grounding, now[fragment.pk].grounding,
+                        now[fragment.pk].grounding_note)
+        for fragment in shown if then[fragment.pk].grounding != now[fragment.pk].grounding
+    ]
 
 
 def _re_execute(caller: Caller, receipt: Receipt, as_of: dt.datetime, deadline_seconds: float | None,

@@ -51,11 +51,11 @@ from memoryhub import access
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
-from memoryhub.models import TEXT_SEARCH_CONFIG, EnforcementAlarm, Fragment, Receipt, new_receipt_id
+from memoryhub.models import TEXT_SEARCH_CONFIG, EnforcementAlarm, Fragment, Receipt, Tenant, new_receipt_id
 from memoryhub.observability import ENFORCEMENT_ALARMS, phase
 from memoryhub.services import receipt_chain
 from memoryhub.services.arguments import checked_instant, checked_int, checked_strings, checked_text
-from memoryhub.services.provenance import Provenance, provenance_for
+from memoryhub.services.provenance import NOT_GROUNDED, Provenance, provenance_for
 
 logger = logging.getLogger("memoryhub.search")
 enforcement_logger = logging.getLogger("memoryhub.enforcement")
@@ -387,7 +387,7 @@ def search_execute(
         vectors = _embed([request.query])
     query_vector = vectors[0] if vectors else None
     tenant = caller.tenant
-    tenant.refresh_from_db(fields=["judgment_plane", "relevance_floor"])
+    tenant.refresh_from_db(fields=["judgment_plane", "relevance_floor", "stale_policy"])
     judging = tenant.judgment_plane and bool(request.task or request.task_tags)
     task_vector = None
     if judging and query_vector is not None:
@@ -429,13 +429,20 @@ def _execute(
             f"No visible fragment reached this workspace's relevance floor of {floor:g} "
             f"(the best scored {ranked[0].score:.3f}), so memory declined to answer rather than guess."
         )
-    ranked = [hit for hit in ranked if hit.score >= floor][: request.limit]
+    ranked = [hit for hit in ranked if hit.score >= floor]
+    # A workspace that withholds memories whose document changed or went
+    # judges every match, not only the first `limit`.
+    withhold = tenant.stale_policy == Tenant.StalePolicy.WITHHOLD
+    if not withhold:
+        ranked = ranked[: request.limit]
     # What is served is rendered with its agents and documents (the row check read them as arrays).
     prefetch_related_objects([hit.fragment for hit in ranked], "agents", "resources")
     provenance = provenance_for(caller, [hit.fragment for hit in ranked], named_agent_ids=policy.named_agent_ids,
-                                audience=policy.audience)
+                                audience=policy.audience, instant=as_of)
     for hit in ranked:
         hit.provenance = provenance[hit.fragment.pk]
+    if withhold:
+        ranked = [hit for hit in ranked if hit.provenance.grounding not in NOT_GROUNDED][: request.limit]
     if judging and ranked:
         ranked = _arrange(ranked, task_vector=task_vector, task_tags=request.task_tags)
 

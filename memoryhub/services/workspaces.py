@@ -70,9 +70,12 @@ def workspace_overview(*, caller: Caller) -> Overview:
 
 def workspace_settings_update(
     *, caller: Caller, judgment_plane: bool, relevance_floor: float, write_policy: str,
-    blocked_terms: Sequence[str],
+    blocked_terms: Sequence[str], stale_policy: str | None = None,
 ) -> Tenant:
+    """The workspace's settings; `stale_policy` unchanged when not given."""
     tenant = access.require_admin(caller)
+    if stale_policy is not None and stale_policy not in Tenant.StalePolicy.values:
+        raise InvalidArgument(f"Unknown policy for stale memories {stale_policy!r}.", field="stale_policy")
     if not 0.0 <= relevance_floor <= 1.0:
         raise InvalidArgument("The relevance floor is a score between 0 and 1.", field="relevance_floor")
     if write_policy not in Tenant.WritePolicy.values:
@@ -91,5 +94,7 @@ def workspace_settings_update(
         tenant.relevance_floor = relevance_floor
         tenant.write_policy = write_policy
         tenant.blocked_terms = terms
-        tenant.save(update_fields=["judgment_plane", "relevance_floor", "write_policy", "blocked_terms"])
+        tenant.stale_policy = stale_policy or tenant.stale_policy
+        tenant.save(update_fields=["judgment_plane", "relevance_floor", "write_policy", "blocked_terms",
+                                   "stale_policy"])
     return tenant

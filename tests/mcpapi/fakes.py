@@ -249,6 +249,7 @@ class FakeMemoryClient:
             "replayed": True,
             "replayed_as_of": receipt["as_of"] if explicit else _iso(datetime.now(UTC)),
             "note": None if explicit else "The original read had no as_of; it was replayed as of now.",
+            "grounding_changes": [],
             "chain": {"seq": receipt["seq"], "hash": "0" * 64, "verified": True, "checkpoint_signed_at": None,
                       "note": f"Chain entry {receipt['seq']} verifies against what it records and its neighbours."},
         }

@@ -16,7 +16,8 @@ from memoryhub.services.search import fragments_search
 from tests.memory.conftest import private_fragment
 
 RECEIPT_FIELDS = {"receipt_id", "query", "as_of", "agents", "roles", "reader", "served_then", "served_now",
-                  "missing_now", "extra_now", "replayed", "note", "replayed_as_of", "chain"}
+                  "missing_now", "extra_now", "replayed", "note", "replayed_as_of", "chain",
+                  "grounding_changes"}
 
 
 @pytest.fixture
