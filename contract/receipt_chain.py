@@ -16,7 +16,9 @@ chain head with the deployment's Ed25519 key:
     message = "memoryhub receipt checkpoint v1\\n<workspace>\\n<seq>\\n<head>\\n<signed_at>"
 
 An export (`manage.py receipts_export`) is JSON Lines: one `export` header,
-then `receipt` entries in chain order and the `checkpoint`s. Verify one with
+then `receipt` entries in chain order, the `checkpoint`s and the `erasure`s
+(a person's memory destroyed on request: the receipts keep the ids and value
+hashes they recorded, so erasing changes nothing in the chain). Verify one with
 
     python contract/receipt_chain.py EXPORT.jsonl --public-key ed25519:<hex>
 
@@ -238,6 +240,15 @@ def _verify(lines: Iterable[str], public_key: bytes | None, verdict: Verdict) ->
     for number, item in items:
         if item["kind"] == "checkpoint":
             checkpoints.append((number, item))
+            continue
+        if item["kind"] == "erasure":
+            if item.get("workspace") != workspace:
+                raise _Broken(f"line {number}: an erasure of another workspace")
+            erased = item.get("fragments")
+            erased = erased if isinstance(erased, list) else []
+            verdict.notes.append(f"note: {len(erased)} fragments of {item.get('subject')} were erased at "
+                                 f"{item.get('erased_at')} by {item.get('erased_by')}; the receipts that served "
+                                 "them keep their ids and value hashes.")
             continue
         if item["kind"] != "receipt":
             raise _Broken(f"line {number}: unknown item kind {item['kind']!r}")

@@ -130,11 +130,7 @@ class Caller:
     @property
     def principal_key(self) -> str:
         """A stable key for per-principal records (idempotency): ids, not names."""
-        if self.user is not None:
-            return f"user:{self.user.pk}"
-        if self.agent is not None:
-            return f"agent:{self.agent.pk}"
-        return "system"
+        return principal_key_of(user=self.user, agent=self.agent)
 
     @property
     def display_name(self) -> str:
@@ -143,6 +139,14 @@ class Caller:
         if self.agent is not None:
             return self.agent.name
         return "system"
+
+
+def principal_key_of(*, user: User | None = None, agent: Agent | None = None) -> str:
+    if user is not None:
+        return f"user:{user.pk}"
+    if agent is not None:
+        return f"agent:{agent.pk}"
+    return "system"
 
 
 def subject_of(*, user: User | None = None, agent: Agent | None = None) -> str:

@@ -268,6 +268,8 @@ class Fragment(models.Model):
         SUPERSEDED = "superseded", "Superseded"
         MERGED = "merged", "Merged"
         FORGOTTEN = "forgotten", "Forgotten"
+        # Its value destroyed by a workspace admin (memoryhub.services.portability.memory_erase).
+        ERASED = "erased", "Erased"
 
     class Grounding(models.TextChoices):
         GROUNDED = "grounded", "Grounded in a source document"
@@ -488,6 +490,21 @@ class ReceiptCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}@{self.seq}"
+
+
+class Erasure(models.Model):
+    """A person's memory erased by an admin: who, by whom, when, and which
+    fragments (their rows stay as tombstones with no value, so the receipts
+    that served them still name them and the receipt chain still verifies)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="erasures")
+    subject = models.CharField(max_length=255, help_text="Whose memory: user:<username>.")
+    erased_by = models.CharField(max_length=255)
+    erased_at = models.DateTimeField(default=timezone.now)
+    fragment_ids = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"{self.subject} erased at {self.erased_at:%Y-%m-%dT%H:%M:%S}"
 
 
 class IdempotencyRecord(models.Model):

@@ -5,6 +5,7 @@ call one service and render it; the services decide what a person may see."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 
 from django.contrib import messages
@@ -16,7 +17,7 @@ from memoryhub import access, errors
 from memoryhub.oauth.policy import PERSON_TOKEN_SECONDS
 from memoryhub.pages.callers import SignedInRequest, login_required, person_caller
 from memoryhub.pages.forms import SearchForm, form_error
-from memoryhub.services import connected_apps, fragments, proposals, receipts
+from memoryhub.services import connected_apps, fragments, portability, proposals, receipts
 from memoryhub.services.search import fragments_search
 
 
@@ -125,6 +126,20 @@ def receipt_detail(request: SignedInRequest, receipt_id: str) -> HttpResponse:
         for name in ("served_then", "served_now", "missing_now", "extra_now")
     }
     return render(request, "pages/receipt.html", {"replay": replay, "rows": rows})
+
+
+@require_GET
+@login_required
+def memory_download(request: SignedInRequest) -> HttpResponse:
+    """Everything the person owns and every receipt of their reads, as one
+    JSON Lines file (memoryhub.services.portability.memory_export)."""
+    caller = person_caller(request)
+    body = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in portability.memory_export(caller=caller))
+    response = HttpResponse(body, content_type="application/x-ndjson; charset=utf-8")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="memoryhub-memory-{stamp}.jsonl"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_GET

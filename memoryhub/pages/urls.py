@@ -6,6 +6,7 @@ from memoryhub.pages import health, people, workspace
 people_urls = [
     path("", people.home, name="home"),
     path("memory/", people.my_memory, name="my_memory"),
+    path("memory/export/", people.memory_download, name="memory_download"),
     path("memory/<uuid:fragment_id>/", people.fragment_detail, name="fragment_detail"),
     path("memory/<uuid:fragment_id>/forget/", people.fragment_forget, name="fragment_forget"),
     path("receipts/", people.receipt_list, name="receipt_list"),
@@ -20,6 +21,7 @@ workspace_urls = [
     path("members/", workspace.members_page, name="members"),
     path("members/add/", workspace.member_add, name="member_add"),
     path("members/<int:user_id>/", workspace.member_update, name="member_update"),
+    path("members/<int:user_id>/erase/", workspace.member_erase, name="member_erase"),
     path("roles/add/", workspace.role_add, name="role_add"),
     path("roles/<int:role_id>/delete/", workspace.role_delete, name="role_delete"),
     path("collections/", workspace.collections_page, name="collections"),

@@ -22,6 +22,7 @@ from memoryhub.pages.callers import SignedInRequest, admin_caller, login_require
 from memoryhub.pages.forms import (
     AccessRuleForm,
     AgentForm,
+    EraseForm,
     MemberAddForm,
     MemberForm,
     NamedForm,
@@ -34,6 +35,7 @@ from memoryhub.services import (
     agents,
     collections,
     members,
+    portability,
     receipt_chain,
     roles,
     sources,
@@ -352,6 +354,24 @@ def _ingest_endpoint(request: HttpRequest) -> str:
         return ""
 
 
+@require_http_methods(["GET", "POST"])
+@login_required
+def member_erase(request: SignedInRequest, user_id: int) -> HttpResponse:
+    """Erase a person's memory outright (a deletion request), after the admin
+    types the person's name: the values are destroyed, the receipts stay."""
+    caller = admin_caller(request)
+    person = members.member_get(caller=caller, user_id=user_id).user
+    form = EraseForm(request.POST or None, username=person.username)
+    if request.method == "POST":
+        if form.is_valid():
+            done = portability.memory_erase(caller=caller, username=person.username)
+            messages.success(request, f"Erased {done.fragments} memor{'y' if done.fragments == 1 else 'ies'} of "
+                                      f"{done.username}. The receipts that served them keep only their hashes.")
+            return redirect("workspace:members")
+        return render(request, "workspace/member_erase.html", {"person": person, "form": form}, status=400)
+    return render(request, "workspace/member_erase.html", {"person": person, "form": form})
+
+
 # --------------------------------------------------------------------------- the receipt chain
 
 
@@ -363,6 +383,7 @@ def receipt_chain_page(request: SignedInRequest) -> HttpResponse:
     return render(request, "workspace/receipt_chain.html", {
         "workspace": caller.tenant,
         "chain": overview,
+        "erasures": portability.erasures_list(caller=caller),
         "checkpoint_items": [(item, json.dumps(item)) for item in map(receipt_chain.checkpoint_item,
                                                                      overview.checkpoints)],
     })

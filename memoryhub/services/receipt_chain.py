@@ -43,7 +43,7 @@ from contract.receipt_chain import (
 )
 from memoryhub import access
 from memoryhub.access import Caller
-from memoryhub.models import Receipt, ReceiptChain, ReceiptCheckpoint, Tenant
+from memoryhub.models import Erasure, Receipt, ReceiptChain, ReceiptCheckpoint, Tenant
 
 RECORD_VERSION = 1
 CHECKPOINT_TASK = "memoryhub.tasks.checkpoint_receipts"
@@ -262,3 +262,9 @@ def receipts_export(*, caller: Caller, since: dt.datetime | None = None) -> Iter
                    "hash": receipt.chain_hash, "record": record_of(receipt)}
         for checkpoint in checkpoints.filter(seq__gte=first_seq).iterator(chunk_size=500):
             yield checkpoint_item(checkpoint)
+        # Erasures (memoryhub.services.portability): the fragments whose values are gone; the
+        # receipts that served them keep their ids and value hashes, so the chain is unchanged.
+        for erasure in Erasure.objects.filter(tenant=tenant).order_by("erased_at"):
+            yield {"kind": "erasure", "workspace": str(tenant.pk), "subject": erasure.subject,
+                   "erased_by": erasure.erased_by, "erased_at": instant(erasure.erased_at),
+                   "fragments": list(erasure.fragment_ids)}

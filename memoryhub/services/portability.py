@@ -1,0 +1,158 @@
+"""Memory a person can take with them, and memory an admin can erase.
+
+Export: a person's own memory as JSON Lines (`memoryhub-memory/1`): a header,
+every fragment they own (live, superseded, forgotten or erased) with its
+provenance and grounding as they may be told them now, and every serving
+receipt of their own reads, with its request and its entry in the workspace's
+receipt chain (so they can check the entry's hash themselves with
+contract/receipt_chain.py). Nothing in it is more than the person may read:
+their own rows, documents' titles only where they may read the document, and
+of what their reads served only the ids and value hashes the receipts keep.
+
+Erasure: a workspace admin destroys a person's memory outright (a deletion
+request). Every fragment they own keeps its row as a tombstone with no value,
+context, subject, link or vector, retired as of the instant it was recorded,
+so no read of any instant serves it; their idempotency records go too. The
+receipts that served those fragments are not touched: they keep the ids and
+value hashes they recorded, the chain still verifies, and the erasure itself
+is recorded (who, by whom, when, which fragments) and exported beside the
+chain. After the commit the fragment table is vacuumed and the indexes that
+held the values' words are rebuilt, so no row and no index entry keeps them;
+a storage rewrite (VACUUM FULL, a maintenance step) also clears the bytes
+PostgreSQL leaves in freed page space. The person's own receipts keep their
+queries: they are the workspace's record of what was served, and hold no
+value. WAL archives and backups taken before the erasure still hold the
+values until they expire.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from memoryhub import access
+from memoryhub.access import Caller
+from memoryhub.models import Erasure, Fragment, IdempotencyRecord, Receipt
+from memoryhub.services.fragments import fragment_views
+from memoryhub.services.members import member_get
+from memoryhub.services.receipt_chain import instant, record_of
+from memoryhub.services.write import Writer
+
+EXPORT_FORMAT = "memoryhub-memory/1"
+_BATCH = 500
+
+
+def _when(value: dt.datetime | None) -> str | None:
+    return instant(value) if value is not None else None
+
+
+def memory_export(*, caller: Caller) -> Iterator[dict[str, Any]]:
+    """The caller's own memory and receipts, as export items, read in one snapshot."""
+    user = access.require_person(caller, what="export their memory")
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield {"kind": "memory_export", "format": EXPORT_FORMAT, "workspace": caller.tenant.slug,
+               "person": user.username, "exported_at": instant(timezone.now())}
+        fragments = (access.with_access_facts(Fragment.objects.filter(access.own_fragments(caller)))
+                     .select_related("collection").defer("embedding", "search_vector").order_by("recorded_at", "pk"))
+        batch: list[Fragment] = []
+        for fragment in fragments.iterator(chunk_size=_BATCH):
+            batch.append(fragment)
+            if len(batch) == _BATCH:
+                yield from _fragment_items(caller, batch)
+                batch = []
+        yield from _fragment_items(caller, batch)
+        for receipt in Receipt.objects.filter(access.own_receipts(caller)).order_by("chain_seq").iterator(
+                chunk_size=_BATCH):
+            yield {"kind": "receipt", "id": receipt.pk, "created_at": instant(receipt.created_at),
+                   "request": receipt.request, "client_id": receipt.client_id,
+                   "chain": {"seq": receipt.chain_seq, "prev": receipt.chain_prev, "hash": receipt.chain_hash,
+                             "record": record_of(receipt)}}
+
+
+def _fragment_items(caller: Caller, fragments: list[Fragment]) -> Iterator[dict[str, Any]]:
+    if not fragments:
+        return
+    for view in fragment_views(caller, fragments):
+        fragment = view.fragment
+        yield {
+            "kind": "fragment", "id": str(fragment.pk), "value": fragment.value,
+            "created_at": _when(fragment.created_at), "recorded_at": _when(fragment.recorded_at),
+            "status": fragment.retired_reason or "live", "retired_at": _when(fragment.retired_at),
+            "grounding_status": view.grounding, "grounding_note": view.grounding_note,
+            "confidence": fragment.confidence, "agents": view.agents,
+            "documents": [{"id": d.id, "title": d.title, "uri": d.uri} for d in view.resources],
+            "session_id": fragment.session_id, "client": view.app_name or fragment.client_id,
+        }
+
+
+# --------------------------------------------------------------------------- erasure
+
+
+@dataclass(frozen=True)
+class ErasureResult:
+    username: str
+    fragments: int
+    erasure: Erasure
+
+
+def memory_erase(*, caller: Caller, username: str, rewrite_storage: bool = False) -> ErasureResult:
+    """Destroy every value of a person's own memory (their private fragments,
+    live or retired); an admin of the workspace only. With `rewrite_storage`
+    the fragment table is rewritten afterwards (VACUUM FULL: reads and writes
+    of memory wait while it runs), so no page keeps the old bytes either."""
+    access.require_admin(caller)
+    person = member_get(caller=caller, username=username).user
+    subject = access.subject_of(user=person)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # The write pipeline's per-writer lock: no write of theirs lands half-erased.
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [Writer(tenant=caller.tenant, user=person).lock_key])
+        rows = Fragment.objects.filter(tenant=caller.tenant, owner_user=person).exclude(
+            retired_reason=Fragment.Retired.ERASED)
+        ids = [str(pk) for pk in rows.values_list("pk", flat=True)]
+        Fragment.resources.through.objects.filter(fragment_id__in=ids).delete()
+        erased = Fragment.objects.filter(pk__in=ids).update(
+            value="", context="", subject_key="", content_hash="", resource_ref="", session_id="",
+            embedding=None, embedded_at=None, grounded_versions={}, successor=None,
+            retired_at=F("recorded_at"), retired_reason=Fragment.Retired.ERASED,
+        )
+        # A write's first answer, kept for retries, is the person's too.
+        IdempotencyRecord.objects.filter(tenant=caller.tenant, principal=access.principal_key_of(user=person)).delete()
+        erasure = Erasure.objects.create(tenant=caller.tenant, subject=subject, erased_by=caller.subject or caller.kind,
+                                         fragment_ids=ids)
+        transaction.on_commit(lambda: _clean_storage(rewrite=rewrite_storage))
+    return ErasureResult(username=person.username, fragments=erased, erasure=erasure)
+
+
+# The indexes that hold words of a fragment's value, its subject or its hash.
+_TEXT_INDEXES = ("fragment_search_vector_gin", "fragment_subject", "fragment_content_hash")
+
+
+def _clean_storage(*, rewrite: bool) -> None:
+    """After the commit: take the erased values' old row versions out of the
+    table (VACUUM) and rebuild the indexes that held their words without
+    blocking reads (a GIN index keeps a word as a key after its last row is
+    gone). What VACUUM frees inside a page is reused, not zeroed: `rewrite`
+    rewrites the table and every index instead, as a maintenance step."""
+    tables = (Fragment._meta.db_table, Fragment.resources.through._meta.db_table)
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f'VACUUM ({"FULL" if rewrite else "INDEX_CLEANUP ON"}) "{table}"')
+        if not rewrite:
+            for index in _TEXT_INDEXES:
+                cursor.execute(f'REINDEX INDEX CONCURRENTLY "{index}"')
+
+
+def erasures_list(*, caller: Caller) -> list[Erasure]:
+    tenant = access.require_admin(caller)
+    return list(Erasure.objects.filter(tenant=tenant).order_by("-erased_at"))

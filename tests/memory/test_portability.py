@@ -1,0 +1,253 @@
+"""Memory a person can take with them (export) and memory an admin can erase
+(a deletion request): the export holds nothing the person may not read; an
+erasure leaves nothing of the values in any table or index, while the
+receipts that served them keep their hashes and the chain still verifies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from contract import receipt_chain as chain_format
+from memoryhub.errors import NotFound, PermissionDenied
+from memoryhub.models import AccessRule, Erasure, Fragment, IdempotencyRecord, Receipt
+from memoryhub.services import enrichment, portability, receipt_chain
+from memoryhub.services.fragments import fragment_forget, fragment_write
+from memoryhub.services.ingest import document_upsert, document_validated
+from memoryhub.services.receipts import receipt_replay
+from memoryhub.services.search import fragments_search
+from tests.conftest import make_people, signed_in
+from tests.ingest.conftest import doc
+
+ROOT = Path(__file__).resolve().parents[2]
+# Words no stemmer shortens and nothing else in the suite says.
+MARKER = "quokkalantern"
+SECOND = "zephyrmarmot"
+
+
+def _write(caller, content: str, **extra) -> str:
+    outcome = fragment_write(caller=caller, content=content, **extra)
+    assert outcome.results[0].operation == "stored", outcome
+    return outcome.results[0].fragment_id
+
+
+def _items(lines) -> list[dict]:
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+# --------------------------------------------------------------------------- export
+
+
+def test_a_person_exports_their_own_memory_and_receipts(people):
+    bruno = people.caller(people.bruno)
+    kept = _write(bruno, f"My favourite tea is {MARKER} oolong.")
+    forgotten = _write(bruno, f"My old desk was by the {SECOND} window.")
+    fragment_forget(caller=bruno, fragment_id=forgotten)
+    _write(people.caller(people.cleo), "Cleo's private note about the reorg.")
+    read = fragments_search(caller=bruno, query="favourite tea")
+    items = list(portability.memory_export(caller=bruno))
+    assert items[0] == {**items[0], "kind": "memory_export", "format": "memoryhub-memory/1", "workspace": "acme",
+                        "person": "bruno"}
+    fragments = {item["id"]: item for item in items if item["kind"] == "fragment"}
+    assert set(fragments) == {kept, forgotten}
+    assert fragments[kept]["value"] == f"My favourite tea is {MARKER} oolong." and fragments[kept]["status"] == "live"
+    assert fragments[forgotten]["status"] == "forgotten" and fragments[forgotten]["retired_at"]
+    assert fragments[kept]["grounding_status"] == "stated" and fragments[kept]["client"] == "test-client"
+    receipts = [item for item in items if item["kind"] == "receipt"]
+    assert [r["id"] for r in receipts] == [read.receipt_id]
+    receipt = receipts[0]
+    assert receipt["request"]["query"] == "favourite tea"
+    # The person can check their receipt's entry in the chain themselves.
+    chain = receipt["chain"]
+    assert chain["record"]["request_sha256"] == chain_format.content_hash(receipt["request"])
+    assert chain["hash"] == chain_format.link_hash(chain["prev"], chain["seq"],
+                                                   chain_format.content_hash(chain["record"]))
+    assert "Cleo" not in json.dumps(items)
+
+
+def test_an_export_never_holds_a_document_the_person_may_not_read(people):
+    document_upsert(source=people.wiki, document=document_validated(**doc("handbook/oncall.md", "Rota text.")))
+    bruno = people.caller(people.bruno)
+    fragment_id = _write(bruno, "I cover the on-call rotation on Mondays.", resource="handbook/oncall.md")
+    enrichment.fragments_link_documents(fragment_ids=[fragment_id])
+    shown = next(i for i in portability.memory_export(caller=bruno) if i["kind"] == "fragment")
+    assert shown["documents"] == [{"id": "handbook/oncall.md", "title": "On-call",
+                                   "uri": "https://wiki.example.com/handbook/oncall.md"}]
+    AccessRule.objects.filter(tenant=people.acme, collection__name="runbooks").delete()
+    hidden = next(i for i in portability.memory_export(caller=bruno) if i["kind"] == "fragment")
+    assert hidden["documents"] == [{"id": "handbook/oncall.md", "title": "", "uri": ""}]
+
+
+def test_only_people_export_and_only_their_own(people):
+    with pytest.raises(PermissionDenied):
+        list(portability.memory_export(caller=people.caller(people.triage_bot)))
+    with pytest.raises(PermissionDenied):
+        list(portability.memory_export(caller=people.system()))
+
+
+def test_the_page_and_the_command_give_the_same_export(people, tmp_path):
+    bruno = people.caller(people.bruno)
+    _write(bruno, f"My favourite tea is {MARKER} oolong.")
+    response = signed_in(people.bruno).get("/memory/export/")
+    assert response.status_code == 200 and response["Content-Type"].startswith("application/x-ndjson")
+    assert response["Content-Disposition"].startswith('attachment; filename="memoryhub-memory-')
+    assert response["Cache-Control"] == "no-store"
+    from_page = _items(response.content.decode().splitlines())
+    path = tmp_path / "bruno.jsonl"
+    call_command("memory_export", "acme", "bruno", output=str(path))
+    from_command = _items(path.read_text().splitlines())
+    assert [i for i in from_page if i["kind"] != "memory_export"] == \
+        [i for i in from_command if i["kind"] != "memory_export"]
+    assert MARKER in path.read_text()
+
+
+# --------------------------------------------------------------------------- erasure
+
+
+def test_only_an_admin_of_the_workspace_erases(people):
+    _write(people.caller(people.bruno), f"My favourite tea is {MARKER} oolong.")
+    with pytest.raises(PermissionDenied):
+        portability.memory_erase(caller=people.caller(people.cleo), username="bruno")
+    with pytest.raises(NotFound):
+        portability.memory_erase(caller=people.caller(people.olga), username="bruno")
+    assert Fragment.objects.filter(value__contains=MARKER).count() == 1
+    assert signed_in(people.bruno).post("/workspace/members/%d/erase/" % people.bruno.pk,
+                                        {"confirm": "bruno"}).status_code == 403
+    wrong = signed_in(people.ada).post("/workspace/members/%d/erase/" % people.bruno.pk, {"confirm": "brun"})
+    assert wrong.status_code == 400 and Fragment.objects.filter(value__contains=MARKER).count() == 1
+
+
+def _relation_files(*, heap_only: bool = False) -> list[Path]:
+    """The on-disk files of the fragment table, its TOAST table and every index of both."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('data_directory')")
+        data = Path(cursor.fetchone()[0])
+        cursor.execute("""
+            SELECT pg_relation_filepath(c.oid) FROM pg_class AS c
+             WHERE c.oid IN (SELECT 'memoryhub_fragment'::regclass
+                             UNION SELECT reltoastrelid FROM pg_class WHERE oid = 'memoryhub_fragment'::regclass
+                             UNION SELECT indexrelid FROM pg_index WHERE indrelid = 'memoryhub_fragment'::regclass
+                             UNION SELECT indexrelid FROM pg_index WHERE indrelid = (
+                                 SELECT reltoastrelid FROM pg_class WHERE oid = 'memoryhub_fragment'::regclass))
+               AND pg_relation_filepath(c.oid) IS NOT NULL AND (NOT %s OR c.relkind = 'r' OR c.relkind = 't')""",
+                       [heap_only])
+        paths = [data / row[0] for row in cursor.fetchall()]
+    files = []
+    for path in paths:
+        files.extend(p for p in path.parent.glob(path.name + "*") if p.name == path.name or p.name.startswith(
+            path.name + "."))
+    return files
+
+
+def _tables_holding(text: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        tables = [row[0] for row in cursor.fetchall()]
+        found = []
+        for table in tables:
+            cursor.execute(f'SELECT count(*) FROM "{table}" AS t WHERE t::text ILIKE %s', [f"%{text}%"])
+            if cursor.fetchone()[0]:
+                found.append(table)
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erasure_leaves_nothing_of_the_values_and_the_chain_still_verifies(tmp_path):
+    people = make_people()
+    bruno = people.caller(people.bruno)
+    first = _write(bruno, f"My favourite tea is {MARKER} oolong.", idempotency_key="tea-1")
+    replaced = _write(bruno, f"My desk is by the {SECOND} window.")
+    fragment_forget(caller=bruno, fragment_id=replaced)
+    before = timezone.now()
+    # (Receipts keep the reader's query: the workspace's audit record. Not the value.)
+    read = fragments_search(caller=bruno, query="favourite tea oolong")
+    assert [str(hit.fragment.pk) for hit in read.hits] == [first]
+    receipt_chain.checkpoint_sign(caller=people.system())
+    assert IdempotencyRecord.objects.filter(principal=f"user:{people.bruno.pk}").exists()
+    assert _tables_holding(MARKER) == ["memoryhub_fragment"]
+
+    done = portability.memory_erase(caller=people.caller(people.ada), username="bruno")
+
+    assert done.fragments == 2
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+    assert _tables_holding(MARKER) == [] and _tables_holding(SECOND) == []
+    files = _relation_files()
+    assert len(files) >= 4  # the table, its TOAST table and the indexes
+    # No index keeps a word of them; the table's rows do not either (above), though
+    # the pages' freed space may, until a storage rewrite (next test).
+    indexes = [path for path in files if path not in _relation_files(heap_only=True)]
+    assert len(indexes) >= 10
+    for path in indexes:
+        raw = path.read_bytes()
+        assert MARKER.encode() not in raw and SECOND.encode() not in raw, path
+    # The rows stay as tombstones nobody is served, at any instant.
+    tombstone = Fragment.objects.get(pk=first)
+    assert (tombstone.value, tombstone.retired_reason, tombstone.embedding) == ("", "erased", None)
+    assert fragments_search(caller=bruno, query="favourite tea oolong").hits == []
+    assert fragments_search(caller=bruno, query="favourite tea", as_of=before).hits == []
+    assert not IdempotencyRecord.objects.filter(principal=f"user:{people.bruno.pk}").exists()
+    # The receipt that served it keeps the id and the hash; the chain and its checkpoint still verify.
+    receipt = Receipt.objects.get(pk=read.receipt_id)
+    assert receipt.served == [first]
+    assert receipt.served_hashes == [chain_format.value_hash(f"My favourite tea is {MARKER} oolong.")]
+    replay = receipt_replay(caller=bruno, receipt_id=read.receipt_id)
+    assert replay.chain.verifies and replay.missing_now == [first]
+    export = tmp_path / "receipts.jsonl"
+    call_command("receipts_export", "acme", output=str(export))
+    erasures = [json.loads(line) for line in export.read_text().splitlines() if '"erasure"' in line]
+    assert erasures[0]["subject"] == "user:bruno" and sorted(erasures[0]["fragments"]) == sorted([first, replaced])
+    assert erasures[0]["erased_by"] == "user:ada"
+    result = subprocess.run([sys.executable, "-I", "-S", str(ROOT / "contract" / "receipt_chain.py"), str(export),
+                             "--public-key", chain_format.public_key_text(receipt_chain.public_key())],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "INTACT" in result.stdout and "2 fragments of user:bruno were erased" in \
+        result.stdout, result.stdout
+    assert Erasure.objects.get().fragment_ids == [first, replaced] or \
+        sorted(Erasure.objects.get().fragment_ids) == sorted([first, replaced])
+    # Bruno keeps his account and can remember again; his export says what was erased.
+    again = _write(bruno, "My favourite tea is now green.")
+    exported = {i["id"]: i for i in portability.memory_export(caller=bruno) if i["kind"] == "fragment"}
+    assert exported[first]["status"] == "erased" and exported[first]["value"] == ""
+    assert exported[again]["status"] == "live"
+
+
+def test_the_erase_page_and_command(people):
+    _write(people.caller(people.bruno), f"My favourite tea is {MARKER} oolong.")
+    client = signed_in(people.ada)
+    page = client.get("/workspace/members/%d/erase/" % people.bruno.pk)
+    assert page.status_code == 200 and "Type the person" in page.content.decode()
+    response = client.post("/workspace/members/%d/erase/" % people.bruno.pk, {"confirm": "bruno"}, follow=True)
+    assert "Erased 1 memory of bruno." in response.content.decode()
+    assert not Fragment.objects.filter(value__contains=MARKER).exists()
+    _write(people.caller(people.cleo), f"Cleo likes {SECOND} tea.")
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--yes"):
+        call_command("memory_erase", "acme", "cleo")
+    assert Fragment.objects.filter(value__contains=SECOND).exists()
+    call_command("memory_erase", "acme", "cleo", yes=True)
+    assert not Fragment.objects.filter(value__contains=SECOND).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_storage_rewrite_leaves_no_byte_of_them_on_disk():
+    people = make_people()
+    bruno = people.caller(people.bruno)
+    _write(bruno, f"My favourite tea is {MARKER} oolong.")
+    fragment_forget(caller=bruno, fragment_id=_write(bruno, f"My desk is by the {SECOND} window."))
+    call_command("memory_erase", "acme", "bruno", yes=True, rewrite_storage=True)
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+    files = _relation_files()
+    assert len(files) >= 12
+    for path in files:
+        raw = path.read_bytes()
+        assert MARKER.encode() not in raw and SECOND.encode() not in raw, path
