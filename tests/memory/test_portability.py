@@ -118,9 +118,9 @@ def test_only_an_admin_of_the_workspace_erases(people):
     with pytest.raises(NotFound):
         portability.memory_erase(caller=people.caller(people.olga), username="bruno")
     assert Fragment.objects.filter(value__contains=MARKER).count() == 1
-    assert signed_in(people.bruno).post("/workspace/members/%d/erase/" % people.bruno.pk,
+    assert signed_in(people.bruno).post(f"/workspace/members/{people.bruno.pk}/erase/",
                                         {"confirm": "bruno"}).status_code == 403
-    wrong = signed_in(people.ada).post("/workspace/members/%d/erase/" % people.bruno.pk, {"confirm": "brun"})
+    wrong = signed_in(people.ada).post(f"/workspace/members/{people.bruno.pk}/erase/", {"confirm": "brun"})
     assert wrong.status_code == 400 and Fragment.objects.filter(value__contains=MARKER).count() == 1
 
 
@@ -222,9 +222,9 @@ def test_an_erasure_leaves_nothing_of_the_values_and_the_chain_still_verifies(tm
 def test_the_erase_page_and_command(people):
     _write(people.caller(people.bruno), f"My favourite tea is {MARKER} oolong.")
     client = signed_in(people.ada)
-    page = client.get("/workspace/members/%d/erase/" % people.bruno.pk)
+    page = client.get(f"/workspace/members/{people.bruno.pk}/erase/")
     assert page.status_code == 200 and "Type the person" in page.content.decode()
-    response = client.post("/workspace/members/%d/erase/" % people.bruno.pk, {"confirm": "bruno"}, follow=True)
+    response = client.post(f"/workspace/members/{people.bruno.pk}/erase/", {"confirm": "bruno"}, follow=True)
     assert "Erased 1 memory of bruno." in response.content.decode()
     assert not Fragment.objects.filter(value__contains=MARKER).exists()
     _write(people.caller(people.cleo), f"Cleo likes {SECOND} tea.")
