@@ -15,6 +15,8 @@ For each size:
   the ranking runs them (search.candidate_pool deep; the lexical one is BM25
   with the reader's statistics, also scoring the vector pool, and includes
   reading the query's lexemes);
+* recording the read: the receipt as search writes it, joining the
+  workspace's hash chain, and the chain's one statement alone;
 * recall@10 of the filtered HNSW query (iterative scan) against an exact
   scan under the same predicate, for several hnsw.ef_search values: the raw
   top 10 of the index, and the top 10 search keeps (its candidate pool
@@ -273,6 +275,7 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
                     recall[ef]["pool"].append(len(set(rescored) & set(exact)) / len(exact))
         if len(visible_shares) < 20:
             visible_shares.append(Fragment.objects.filter(predicate).count() / size)
+    result.update(receipt_cost(callers, rng))
     result["index_query_vector_filtered"] = summary(vector_times)
     result["index_query_lexical_filtered"] = summary(lexical_times)
     result["filtered_recall@10_vs_exact"] = {
@@ -288,6 +291,45 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
     result["hnsw_ef_search_in_production"] = search.hnsw_ef_search()
     result["visible_share_mean"] = round(sum(visible_shares) / len(visible_shares), 3)
     return result
+
+
+def receipt_cost(callers: list, rng: random.Random, count: int = 200) -> dict:  # type: ignore[type-arg]
+    """What recording a read costs: the receipt as search writes it (served ids
+    with their value hashes, joining the workspace's hash chain), and the one
+    statement joining the chain adds, each timed in a transaction rolled back
+    so the benchmark leaves the chain as it was."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from contract.receipt_chain import GENESIS, content_hash, value_hash
+    from memoryhub.models import Fragment, Receipt, new_receipt_id
+    from memoryhub.services import receipt_chain
+
+    served = [str(pk) for pk in Fragment.objects.values_list("pk", flat=True)[:10]]
+
+    def receipt(caller) -> Receipt:  # type: ignore[no-untyped-def]
+        return Receipt(id=new_receipt_id(), tenant=caller.tenant, reader_user=caller.user, principal_kind=caller.kind,
+                       subject=caller.subject, client_id=caller.client_id, roles=["r1"],
+                       request={"query": "bench", "limit": 10}, as_of=timezone.now(), served=served,
+                       served_hashes=[value_hash(pk) for pk in served], created_at=timezone.now())
+
+    def append(caller) -> None:  # type: ignore[no-untyped-def]
+        with transaction.atomic():
+            receipt_chain.receipt_append(receipt(caller))
+            transaction.set_rollback(True)
+
+    def chain_statement(caller) -> None:  # type: ignore[no-untyped-def]
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(receipt_chain.APPEND, {"tenant": caller.tenant.pk, "genesis": GENESIS,
+                                                      "content": content_hash({"bench": 1})})
+            transaction.set_rollback(True)
+
+    chosen = [rng.choice(callers) for _ in range(count)]
+    return {
+        "receipt_write_with_chain": summary([t for c in chosen for t in timed(lambda c=c: append(c), 1)]),
+        "receipt_chain_statement": summary([t for c in chosen for t in timed(lambda c=c: chain_statement(c), 1)]),
+    }
 
 
 def main() -> None:
