@@ -316,7 +316,7 @@ class Fragment(models.Model):
         null=True, blank=True, help_text="When tier 2 decided the link of resource_ref (linked or not)."
     )
     grounded_versions = models.JSONField(
-        default=dict, blank=True,
+        default=dict, blank=True, db_default=models.Value({}, output_field=models.JSONField()),
         help_text="For each linked document that is not its own source's (Resource id): the document's content "
                   "hash when it was linked, so a later change shows as stale.",
     )
