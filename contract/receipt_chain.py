@@ -7,10 +7,13 @@ Every serving receipt of a workspace is one entry of a hash chain:
     hash    = sha256("<prev>:<seq>:<content>")         hex, ASCII
     prev    = the previous entry's hash (GENESIS for seq 1)
 
-`record` is what the receipt records (reader, principal kind, client, query and
-filters, as_of, role audience, each served fragment id with the SHA-256 of its
-value, the time); `canonical` is JSON with sorted keys, no spaces and ASCII
-escapes, so the bytes are the same in every language. A checkpoint signs a
+`record` is what the receipt records (reader, principal kind, client, the
+request's hash, as_of, role audience, each served fragment id with the hash of
+its value, the time); `canonical` is JSON with sorted keys, no spaces and
+ASCII escapes, so the bytes are the same in every language. The request and
+value hashes are HMACs keyed by salts the verifier does not need (version 2,
+`request_hash`, `value_hash`): the chain commits to them without letting an
+export confirm a guess of anyone's query or memory. A checkpoint signs a
 chain head with the deployment's Ed25519 key:
 
     message = "memoryhub receipt checkpoint v1\\n<workspace>\\n<seq>\\n<head>\\n<signed_at>"
@@ -20,7 +23,7 @@ then `receipt` entries in chain order, the `checkpoint`s and the `erasure`s
 (a person's memory destroyed on request: the receipts keep the ids and value
 hashes they recorded, so erasing changes nothing in the chain). Verify one with
 
-    python contract/receipt_chain.py EXPORT.jsonl --public-key ed25519:<hex>
+    python3 contract/receipt_chain.py EXPORT.jsonl --public-key ed25519:<hex> [--checkpoints PUBLISHED.jsonl]
 
 It names the first broken link: an entry whose content or place changed after
 it was written, a missing entry, entries out of order, a checkpoint whose head
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import json
 import sys
 from collections.abc import Iterable
@@ -63,9 +67,23 @@ def link_hash(prev: str, seq: int, content: str) -> str:
     return hashlib.sha256(f"{prev}:{seq}:{content}".encode("ascii")).hexdigest()
 
 
-def value_hash(value: str) -> str:
-    """The hash a receipt keeps of a served fragment's stored value."""
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+def value_hash(value: str, salt: str = "") -> str:
+    """The hash a receipt keeps of a served fragment's stored value: HMAC-SHA256
+    keyed by the fragment's own salt (record version 2), so it confirms no
+    guess of the value to anyone without the salt, and confirms nothing at all
+    once an erasure has wiped it; plain SHA-256 in version 1 records."""
+    if not salt:
+        return hashlib.sha256(value.encode("utf-8")).hexdigest()
+    return hmac.new(salt.encode("ascii"), value.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def request_hash(request: dict[str, Any], salt: str = "") -> str:
+    """The hash a record keeps of the read's request (query and filters): HMAC
+    keyed by the receipt's salt, which only the reader is shown (version 2);
+    plain SHA-256 of its canonical JSON in version 1 records."""
+    if not salt:
+        return content_hash(request)
+    return hmac.new(salt.encode("ascii"), canonical(request), hashlib.sha256).hexdigest()
 
 
 def checkpoint_message(workspace: str, seq: int, head: str, signed_at: str) -> bytes:
@@ -176,6 +194,7 @@ class Verdict:
     first_seq: int | None = None
     last_seq: int | None = None
     checkpoints: int = 0
+    last_signed_seq: int = 0
     signatures_checked: bool = False
     problem: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -187,12 +206,15 @@ class Verdict:
     def summary(self) -> str:
         if self.problem:
             return f"BROKEN: {self.problem}"
-        if not self.receipts:
-            span = "no receipts"
-        else:
-            span = f"{self.receipts} receipts, seq {self.first_seq} to {self.last_seq}"
+        span = f"{self.receipts} receipts, seq {self.first_seq} to {self.last_seq}" if self.receipts else "no receipts"
         signed = "signatures verified" if self.signatures_checked else "signatures NOT checked (no public key given)"
         lines = [f"INTACT: {span}; {self.checkpoints} checkpoints match the chain, {signed}."]
+        if not self.checkpoints:
+            lines.append("warning: no checkpoint matched: whoever holds the database could have rewritten the whole "
+                         "chain; compare with published checkpoints (--checkpoints).")
+        elif self.last_seq is not None and self.last_signed_seq < self.last_seq:
+            lines.append(f"note: entries {self.last_signed_seq + 1} to {self.last_seq} are covered by no checkpoint "
+                         "yet.")
         return "\n".join(lines + self.notes)
 
 
@@ -206,133 +228,166 @@ def _entry_name(entry: dict[str, Any]) -> str:
     return f"seq {entry.get('seq')} (receipt {record.get('receipt', '?')})"
 
 
-def verify_export(lines: Iterable[str], public_key: bytes | None = None) -> Verdict:
-    verdict = Verdict(signatures_checked=public_key is not None)
+def verify_export(lines: Iterable[str], public_keys: Iterable[bytes] = (),
+                  published: Iterable[str] = ()) -> Verdict:
+    """Verify an export; `public_keys` check the checkpoints' signatures (each
+    by its key id), `published` are checkpoint lines kept outside the server,
+    which the chain must contain too."""
+    keys = {key_id(key): key for key in public_keys}
+    verdict = Verdict(signatures_checked=bool(keys))
     try:
-        _verify(lines, public_key, verdict)
+        _verify(lines, keys, list(published), verdict)
     except _Broken as exc:
         verdict.problem = str(exc)
     return verdict
 
 
-def _parsed(lines: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
+def _parsed(lines: Iterable[str], what: str = "line") -> Iterable[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
         except ValueError as exc:
-            raise _Broken(f"line {number} is not JSON ({exc})") from None
+            raise _Broken(f"{what} {number} is not JSON ({exc})") from None
         if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
-            raise _Broken(f"line {number} is not an export item")
+            raise _Broken(f"{what} {number} is not an export item")
         yield number, item
 
 
-def _verify(lines: Iterable[str], public_key: bytes | None, verdict: Verdict) -> None:
+def _verify(lines: Iterable[str], keys: dict[str, bytes], published: list[str], verdict: Verdict) -> None:
     items = iter(_parsed(lines))
     first = next(items, None)
     if first is None or first[1]["kind"] != "export" or first[1].get("format") != FORMAT:
         raise _Broken(f"the file does not start with a {FORMAT} export header")
-    workspace = first[1].get("workspace")
+    header = first[1]
+    workspace, since = header.get("workspace"), header.get("since")
+    expected_first = 1 if since is None else header.get("first_seq")
     chain: dict[int, str] = {}
-    checkpoints: list[tuple[int, dict[str, Any]]] = []
+    checkpoints: list[tuple[str, dict[str, Any]]] = []
     previous: dict[str, Any] | None = None
     for number, item in items:
         if item["kind"] == "checkpoint":
-            checkpoints.append((number, item))
+            checkpoints.append((f"line {number}", item))
             continue
         if item["kind"] == "erasure":
-            if item.get("workspace") != workspace:
-                raise _Broken(f"line {number}: an erasure of another workspace")
-            erased = item.get("fragments")
-            erased = erased if isinstance(erased, list) else []
-            verdict.notes.append(f"note: {len(erased)} fragments of {item.get('subject')} were erased at "
-                                 f"{item.get('erased_at')} by {item.get('erased_by')}; the receipts that served "
-                                 "them keep their ids and value hashes.")
+            _note_erasure(number, item, workspace, verdict)
             continue
         if item["kind"] != "receipt":
             raise _Broken(f"line {number}: unknown item kind {item['kind']!r}")
-        seq, prev, stored = item.get("seq"), item.get("prev"), item.get("hash")
-        record = item.get("record")
-        if not isinstance(seq, int) or not isinstance(prev, str) or not isinstance(stored, str) \
-                or not isinstance(record, dict):
-            raise _Broken(f"line {number}: a receipt entry needs seq, prev, hash and record")
-        name = _entry_name(item)
-        if record.get("workspace") != workspace:
-            raise _Broken(f"{name}: it belongs to another workspace")
-        if previous is None:
-            if seq == 1 and prev != GENESIS:
-                raise _Broken(f"{name}: the first entry of the chain does not start from the genesis hash")
-        else:
-            if seq <= previous["seq"]:
-                raise _Broken(f"{name} comes after seq {previous['seq']}: entries are out of order")
-            if seq != previous["seq"] + 1:
-                missing = f"seq {previous['seq'] + 1}" + (f" to {seq - 1}" if seq - 1 > previous["seq"] + 1 else "")
-                raise _Broken(f"{name} follows seq {previous['seq']}: the entry at {missing} is missing here "
-                              "(removed, or moved out of its place)")
-            if prev != previous["hash"]:
-                raise _Broken(f"{name} does not link to the entry before it ({_entry_name(previous)}): "
-                              "an entry was removed, replaced or moved")
-        try:
-            recomputed = link_hash(prev, seq, content_hash(record))
-        except (TypeError, ValueError) as exc:
-            raise _Broken(f"{name}: its record cannot be encoded ({exc})") from None
-        if recomputed != stored:
-            raise _Broken(f"{name}: its content or its place in the chain changed after it was written "
-                          "(its hash does not match)")
-        chain[seq] = stored
+        _check_entry(number, item, previous, workspace, expected_first)
+        chain[item["seq"]] = item["hash"]
         verdict.receipts += 1
-        verdict.first_seq = seq if verdict.first_seq is None else verdict.first_seq
-        verdict.last_seq = seq
+        verdict.first_seq = item["seq"] if verdict.first_seq is None else verdict.first_seq
+        verdict.last_seq = item["seq"]
         previous = item
-    for number, checkpoint in checkpoints:
-        _check_checkpoint(number, checkpoint, workspace, chain, verdict, public_key)
+    checkpoints += [(f"published line {number}", item) for number, item in _parsed(published, "published line")
+                    if item["kind"] == "checkpoint"]
+    for where, checkpoint in checkpoints:
+        _check_checkpoint(where, checkpoint, workspace, chain, since, verdict, keys)
 
 
-def _check_checkpoint(number: int, checkpoint: dict[str, Any], workspace: Any, chain: dict[int, str],
-                      verdict: Verdict, public_key: bytes | None) -> None:
+def _note_erasure(number: int, item: dict[str, Any], workspace: Any, verdict: Verdict) -> None:
+    if item.get("workspace") != workspace:
+        raise _Broken(f"line {number}: an erasure of another workspace")
+    erased = item.get("fragments")
+    erased = erased if isinstance(erased, list) else []
+    verdict.notes.append(f"note: {len(erased)} fragments of {item.get('subject')} were erased at "
+                         f"{item.get('erased_at')} by {item.get('erased_by')}; the receipts that served "
+                         "them keep their ids and value hashes.")
+
+
+def _check_entry(number: int, item: dict[str, Any], previous: dict[str, Any] | None, workspace: Any,
+                 expected_first: Any) -> None:
+    seq, prev, stored, record = item.get("seq"), item.get("prev"), item.get("hash"), item.get("record")
+    if not isinstance(seq, int) or not isinstance(prev, str) or not isinstance(stored, str) \
+            or not isinstance(record, dict):
+        raise _Broken(f"line {number}: a receipt entry needs seq, prev, hash and record")
+    name = _entry_name(item)
+    if record.get("workspace") != workspace:
+        raise _Broken(f"{name}: it belongs to another workspace")
+    if previous is None:
+        if seq != expected_first:
+            raise _Broken(f"{name} is the first entry of the export, which should start at seq {expected_first}: "
+                          f"the entries before it are missing")
+        if seq == 1 and prev != GENESIS:
+            raise _Broken(f"{name}: the first entry of the chain does not start from the genesis hash")
+    else:
+        if seq <= previous["seq"]:
+            raise _Broken(f"{name} comes after seq {previous['seq']}: entries are out of order")
+        if seq != previous["seq"] + 1:
+            missing = f"seq {previous['seq'] + 1}" + (f" to {seq - 1}" if seq - 1 > previous["seq"] + 1 else "")
+            raise _Broken(f"{name} follows seq {previous['seq']}: the entry at {missing} is missing here "
+                          "(removed, or moved out of its place)")
+        if prev != previous["hash"]:
+            raise _Broken(f"{name} does not link to the entry before it ({_entry_name(previous)}): "
+                          "an entry was removed, replaced or moved")
+    try:
+        recomputed = link_hash(prev, seq, content_hash(record))
+    except (TypeError, ValueError) as exc:
+        raise _Broken(f"{name}: its record cannot be encoded ({exc})") from None
+    if recomputed != stored:
+        raise _Broken(f"{name}: its content or its place in the chain changed after it was written "
+                      "(its hash does not match)")
+
+
+def _check_checkpoint(where: str, checkpoint: dict[str, Any], workspace: Any, chain: dict[int, str],
+                      since: Any, verdict: Verdict, keys: dict[str, bytes]) -> None:
     seq, head, signed_at = checkpoint.get("seq"), checkpoint.get("head"), checkpoint.get("signed_at")
     if not isinstance(seq, int) or not isinstance(head, str) or not isinstance(signed_at, str):
-        raise _Broken(f"line {number}: a checkpoint needs seq, head and signed_at")
+        raise _Broken(f"{where}: a checkpoint needs seq, head and signed_at")
     name = f"the checkpoint of seq {seq} signed at {signed_at}"
     if checkpoint.get("workspace") != workspace:
         raise _Broken(f"{name} belongs to another workspace")
-    if public_key is not None:
+    if keys:
+        key = keys.get(str(checkpoint.get("key_id", "")))
+        if key is None:
+            raise _Broken(f"{name} was signed with key {checkpoint.get('key_id')}, not one of the public keys given")
         try:
             signature = bytes.fromhex(str(checkpoint.get("signature", "")))
         except ValueError:
             signature = b""
-        if not ed25519_verify(public_key, checkpoint_message(workspace, seq, head, signed_at), signature):
+        if not ed25519_verify(key, checkpoint_message(workspace, seq, head, signed_at), signature):
             raise _Broken(f"{name}: its signature does not verify with this public key")
-    if verdict.last_seq is not None and seq > verdict.last_seq:
-        raise _Broken(f"{name}: the chain ends at seq {verdict.last_seq}, before the signed head: "
-                      f"entries {verdict.last_seq + 1} to {seq} are missing")
+    last = verdict.last_seq or 0
+    if seq > last:
+        raise _Broken(f"{name}: the chain ends at seq {last}, before the signed head: "
+                      f"entries {last + 1} to {seq} are missing")
     if seq in chain:
         if chain[seq] != head:
             raise _Broken(f"{name}: the chain's entry at seq {seq} is not the one that was signed")
         verdict.checkpoints += 1
-    elif seq > 0:
+        verdict.last_signed_seq = max(verdict.last_signed_seq, seq)
+    elif since is None:
+        raise _Broken(f"{name}: the chain has no entry at seq {seq}")
+    else:
         verdict.notes.append(f"note: {name} is before the first exported entry and was not compared.")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Verify a memoryhub receipts export offline.")
     parser.add_argument("export", help="the JSON Lines file written by manage.py receipts_export ('-' = stdin)")
-    parser.add_argument("--public-key", default="",
-                        help="the workspace deployment's checkpoint key, ed25519:<64 hex digits> "
-                             "(as published; without it signatures are not checked)")
+    parser.add_argument("--public-key", action="append", default=[],
+                        help="the deployment's checkpoint key, ed25519:<64 hex digits>, as published (repeat it for "
+                             "keys used before; without one, signatures are not checked)")
+    parser.add_argument("--checkpoints", default="",
+                        help="checkpoint lines published outside the server (JSON Lines): the chain must hold them")
     args = parser.parse_args(argv)
     try:
-        key = public_key_from_text(args.public_key) if args.public_key else None
+        keys = [public_key_from_text(text) for text in args.public_key]
     except ValueError as exc:
         print(f"error: --public-key: {exc}", file=sys.stderr)
         return 2
     try:
+        published: list[str] = []
+        if args.checkpoints:
+            with open(args.checkpoints, encoding="utf-8") as handle:
+                published = handle.read().splitlines()
         if args.export == "-":
-            verdict = verify_export(sys.stdin, key)
+            verdict = verify_export(sys.stdin, keys, published)
         else:
             with open(args.export, encoding="utf-8") as handle:
-                verdict = verify_export(handle, key)
+                verdict = verify_export(handle, keys, published)
     except (OSError, UnicodeDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

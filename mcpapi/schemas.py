@@ -275,6 +275,11 @@ RECEIPT_OUTPUT: Final[JSONSchema] = {
         "missing_now": _string_list("Served then, not now."),
         "extra_now": _string_list("Served now, not then."),
         "replayed": {"type": "boolean", "description": "False when the receipt could not be re-executed."},
+        "replayed_as_of": {
+            "type": "string",
+            "format": "date-time",
+            "description": "The instant the replay read as of (the original's explicit as_of, else now).",
+        },
         "note": _nullable("string", "Why the receipt could not be replayed, when it could not."),
         "grounding_changes": {
             "type": "array",
@@ -320,6 +325,7 @@ RECEIPT_OUTPUT: Final[JSONSchema] = {
         "missing_now",
         "extra_now",
         "replayed",
+        "grounding_changes",
         "chain",
     ],
 }

@@ -393,6 +393,15 @@ def require_admin(caller: Caller) -> Tenant:
     return caller.tenant
 
 
+def require_receipt_auditor(caller: Caller) -> Tenant:
+    """The workspace's receipt chain as a whole (its page, checkpoints and
+    export): its admins. What they see of other people's reads is what an
+    audit needs and no more: who read when, through which client, under which
+    roles, the ids of what was served and keyed hashes; never a query or a
+    value (the hashes are HMACs whose keys they are not shown)."""
+    return require_admin(caller)
+
+
 def require_operator(operator: Operator) -> None:
     if not isinstance(operator, Operator):
         raise PermissionDenied("Only the deployment's operator can do this.")
@@ -944,6 +953,25 @@ def readable_documents(
         fragment__in=Fragment.objects.filter(rule.q(), collection__isnull=False).values("pk"),
     )
     return frozenset(links.values_list("resource_id", flat=True).distinct())
+
+
+def document_history_told(
+    caller: Caller, *, changed: Iterable[int], deleted: Mapping[int, dt.datetime], instant: dt.datetime,
+    named_agent_ids: frozenset[int] = frozenset(), audience: Audience | None = None,
+) -> frozenset[int]:
+    """Of the documents linked to memories `caller` is served, those whose
+    history by `instant` the caller may be told (a memory resting on them is
+    then served stale or ungrounded): a change, when the caller may read the
+    document at `instant`; a deletion, when they could read it just before it
+    was deleted (both under today's rules). Nobody learns anything of a
+    document they may not read."""
+    told = set(readable_documents(caller, changed, named_agent_ids=named_agent_ids, audience=audience,
+                                  as_of=instant)) if changed else set()
+    for pk, deleted_at in deleted.items():
+        just_before = deleted_at - dt.timedelta(microseconds=1)
+        told |= readable_documents(caller, [pk], named_agent_ids=named_agent_ids, audience=audience,
+                                   as_of=just_before)
+    return frozenset(told)
 
 
 def document_to_link(caller: Caller, reference: str) -> Resource | None:

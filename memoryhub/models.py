@@ -34,6 +34,11 @@ def new_receipt_id() -> str:
     return "rcpt_" + secrets.token_urlsafe(18)
 
 
+def new_salt() -> str:
+    """A salt for a keyed hash (32 hex digits)."""
+    return secrets.token_hex(16)
+
+
 class Tenant(models.Model):
     """A workspace."""
 
@@ -315,6 +320,12 @@ class Fragment(models.Model):
     linked_at = models.DateTimeField(
         null=True, blank=True, help_text="When tier 2 decided the link of resource_ref (linked or not)."
     )
+    value_salt = models.CharField(
+        max_length=36, default=new_salt, db_default=models.Func(function="gen_random_uuid",
+                                                                         output_field=models.CharField()),
+        help_text="Keys the hash a receipt keeps of the value (HMAC), so the hash confirms no guess; wiped by an "
+                  "erasure.",
+    )
     grounded_versions = models.JSONField(
         default=dict, blank=True, db_default=models.Value({}, output_field=models.JSONField()),
         help_text="For each linked document that is not its own source's (Resource id): the document's content "
@@ -420,10 +431,11 @@ class Receipt(models.Model):
 
     id = models.CharField(primary_key=True, max_length=40, default=new_receipt_id, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="receipts")
+    # PROTECT: deleting a reader would delete their receipts and break the workspace's chain.
     reader_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="receipts"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts"
     )
-    reader_agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="receipts")
+    reader_agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="receipts")
     principal_kind = models.CharField(max_length=16)
     subject = models.CharField(max_length=255)
     client_id = models.CharField(max_length=255, blank=True)
@@ -441,6 +453,13 @@ class Receipt(models.Model):
     # Its entry in the workspace's hash chain (contract/receipt_chain.py).
     served_hashes = models.JSONField(
         default=list, help_text="SHA-256 of each served fragment's stored value, in the order of `served`."
+    )
+    record_version = models.PositiveSmallIntegerField(
+        default=2, help_text="The chain record's format (memoryhub.services.receipt_chain.record_of)."
+    )
+    request_salt = models.CharField(
+        max_length=36, default=new_salt, blank=True,
+        help_text="Keys the request's hash in the chain (HMAC); shown to the reader only.",
     )
     chain_seq = models.BigIntegerField()
     chain_prev = models.CharField(max_length=64)
@@ -502,6 +521,9 @@ class Erasure(models.Model):
     erased_by = models.CharField(max_length=255)
     erased_at = models.DateTimeField(default=timezone.now)
     fragment_ids = models.JSONField(default=list)
+    storage_cleaned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the old row versions and index entries left the storage."
+    )
 
     def __str__(self) -> str:
         return f"{self.subject} erased at {self.erased_at:%Y-%m-%dT%H:%M:%S}"

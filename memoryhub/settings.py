@@ -198,6 +198,8 @@ MEMORYHUB_RECEIPT_CHECKPOINT_SECONDS = envint("MEMORYHUB_RECEIPT_CHECKPOINT_SECO
 MEMORYHUB_RECEIPT_KEY_FILE = os.environ.get("MEMORYHUB_RECEIPT_KEY_FILE", "")
 CELERY_BEAT_SCHEDULE = {
     "sweep-pending-enrichment": {"task": "memoryhub.tasks.sweep_pending", "schedule": float(MEMORYHUB_SWEEP_SECONDS)},
+    "clean-erased-storage": {"task": "memoryhub.tasks.clean_erased_storage",
+                             "schedule": float(MEMORYHUB_SWEEP_SECONDS)},
     "checkpoint-receipt-chains": {
         "task": "memoryhub.tasks.checkpoint_receipts", "schedule": float(MEMORYHUB_RECEIPT_CHECKPOINT_SECONDS),
     },

@@ -1,5 +1,5 @@
 """Celery tasks, the only tasks module: thin wrappers that load by id and call
-one service (memoryhub.services.enrichment, memoryhub.services.receipt_chain).
+one service (memoryhub.services.enrichment, .receipt_chain, .portability).
 
 Tasks are acknowledged after they run and rejected when a worker is lost
 (settings: CELERY_TASK_ACKS_LATE, CELERY_TASK_REJECT_ON_WORKER_LOST), so a
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from memoryhub.services import enrichment, receipt_chain
+from memoryhub.services import enrichment, portability, receipt_chain
 
 _RETRY = {"autoretry_for": (Exception,), "retry_backoff": 5, "retry_backoff_max": 600, "retry_jitter": True}
 
@@ -42,3 +42,10 @@ def checkpoint_receipts() -> int:
     """The periodic checkpoint (settings.CELERY_BEAT_SCHEDULE): sign the head of
     every workspace's receipt chain that moved since its last checkpoint."""
     return receipt_chain.checkpoints_due()
+
+
+@shared_task(name=portability.CLEAN_TASK, acks_late=True, max_retries=5, **_RETRY)
+def clean_erased_storage() -> int:
+    """After an erasure, and from the beat until none waits: the erased values'
+    old row versions and index entries leave the storage."""
+    return portability.storage_clean_due()

@@ -133,13 +133,3 @@ class SettingsForm(forms.Form):
 
 class EraseForm(forms.Form):
     confirm = forms.CharField(label="Type the person's username to confirm", max_length=150, strip=True)
-
-    def __init__(self, *args, username: str, **kwargs):  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
-        self.username = username
-
-    def clean_confirm(self) -> str:
-        value = self.cleaned_data["confirm"]
-        if value != self.username:
-            raise forms.ValidationError(f"Type {self.username} exactly to erase their memory.")
-        return value

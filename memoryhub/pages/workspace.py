@@ -360,16 +360,21 @@ def member_erase(request: SignedInRequest, user_id: int) -> HttpResponse:
     """Erase a person's memory outright (a deletion request), after the admin
     types the person's name: the values are destroyed, the receipts stay."""
     caller = admin_caller(request)
-    person = members.member_get(caller=caller, user_id=user_id).user
-    form = EraseForm(request.POST or None, username=person.username)
     if request.method == "POST":
+        form = EraseForm(request.POST)
         if form.is_valid():
-            done = portability.memory_erase(caller=caller, username=person.username)
-            messages.success(request, f"Erased {done.fragments} memor{'y' if done.fragments == 1 else 'ies'} of "
-                                      f"{done.username}. The receipts that served them keep only their hashes.")
-            return redirect("workspace:members")
+            try:
+                done = portability.memory_erase(caller=caller, user_id=user_id, confirm=form.cleaned_data["confirm"])
+            except errors.InvalidArgument as exc:
+                form_error(form, exc)
+            else:
+                messages.success(request, f"Erased {done.fragments} memor{'y' if done.fragments == 1 else 'ies'} of "
+                                          f"{done.username}. The receipts that served them keep only their hashes.")
+                return redirect("workspace:members")
+        person = members.member_get(caller=caller, user_id=user_id).user
         return render(request, "workspace/member_erase.html", {"person": person, "form": form}, status=400)
-    return render(request, "workspace/member_erase.html", {"person": person, "form": form})
+    person = members.member_get(caller=caller, user_id=user_id).user
+    return render(request, "workspace/member_erase.html", {"person": person, "form": EraseForm()})
 
 
 # --------------------------------------------------------------------------- the receipt chain
@@ -383,7 +388,6 @@ def receipt_chain_page(request: SignedInRequest) -> HttpResponse:
     return render(request, "workspace/receipt_chain.html", {
         "workspace": caller.tenant,
         "chain": overview,
-        "erasures": portability.erasures_list(caller=caller),
         "checkpoint_items": [(item, json.dumps(item)) for item in map(receipt_chain.checkpoint_item,
                                                                      overview.checkpoints)],
     })

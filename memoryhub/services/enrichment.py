@@ -121,7 +121,7 @@ def fragments_embed_pending(
     batches = 0
     while max_batches is None or batches < max_batches:
         with transaction.atomic():
-            pending = Fragment.objects.filter(embedding__isnull=True)
+            pending = Fragment.objects.filter(embedding__isnull=True).exclude(retired_reason=Fragment.Retired.ERASED)
             if fragment_ids is not None:
                 pending = pending.filter(pk__in=list(fragment_ids))
             if source_id is not None:
@@ -218,7 +218,7 @@ def fragments_pending(*, older_than: dt.timedelta, limit: int = SWEEP_LIMIT) -> 
     """Fragments tier 2 has not finished for longer than `older_than`: no vector
     yet, or a named document not yet linked (or found unreadable)."""
     cutoff = timezone.now() - older_than
-    pending = Fragment.objects.filter(recorded_at__lte=cutoff).filter(
+    pending = Fragment.objects.filter(recorded_at__lte=cutoff).exclude(retired_reason=Fragment.Retired.ERASED).filter(
         Q(embedding__isnull=True) | (Q(linked_at__isnull=True, retired_at__isnull=True) & ~Q(resource_ref=""))
     )
     return [str(pk) for pk in pending.order_by("recorded_at").values_list("pk", flat=True)[:limit]]

@@ -38,6 +38,8 @@ from django.utils import timezone
 
 from memoryhub import access
 from memoryhub.access import Caller
+from memoryhub.celery import app as celery_app
+from memoryhub.errors import InvalidArgument
 from memoryhub.models import Erasure, Fragment, IdempotencyRecord, Receipt
 from memoryhub.services.fragments import fragment_views
 from memoryhub.services.members import member_get
@@ -45,6 +47,7 @@ from memoryhub.services.receipt_chain import instant, record_of
 from memoryhub.services.write import Writer
 
 EXPORT_FORMAT = "memoryhub-memory/1"
+CLEAN_TASK = "memoryhub.tasks.clean_erased_storage"
 _BATCH = 500
 
 
@@ -74,9 +77,19 @@ def memory_export(*, caller: Caller) -> Iterator[dict[str, Any]]:
         for receipt in Receipt.objects.filter(access.own_receipts(caller)).order_by("chain_seq").iterator(
                 chunk_size=_BATCH):
             yield {"kind": "receipt", "id": receipt.pk, "created_at": instant(receipt.created_at),
-                   "request": receipt.request, "client_id": receipt.client_id,
+                   "request": receipt.request, "request_salt": receipt.request_salt, "client_id": receipt.client_id,
                    "chain": {"seq": receipt.chain_seq, "prev": receipt.chain_prev, "hash": receipt.chain_hash,
                              "record": record_of(receipt)}}
+
+
+def memory_export_for(*, caller: Caller, username: str) -> Iterator[dict[str, Any]]:
+    """A person's export made by the deployment's operator (`manage.py
+    memory_export`, e.g. to answer an access request): exactly what the person
+    would download themselves. Workspace admins cannot: they do not read
+    anyone's private memory."""
+    access.require_system(caller)
+    person = member_get(caller=caller, username=username).user
+    return memory_export(caller=access.caller_for_user(user=person, client_id="manage.py"))
 
 
 def _fragment_items(caller: Caller, fragments: list[Fragment]) -> Iterator[dict[str, Any]]:
@@ -92,6 +105,8 @@ def _fragment_items(caller: Caller, fragments: list[Fragment]) -> Iterator[dict[
             "confidence": fragment.confidence, "agents": view.agents,
             "documents": [{"id": d.id, "title": d.title, "uri": d.uri} for d in view.resources],
             "session_id": fragment.session_id, "client": view.app_name or fragment.client_id,
+            # The key of the hash receipts keep of this value (contract/receipt_chain.value_hash).
+            "value_salt": fragment.value_salt,
         }
 
 
@@ -102,16 +117,18 @@ def _fragment_items(caller: Caller, fragments: list[Fragment]) -> Iterator[dict[
 class ErasureResult:
     username: str
     fragments: int
-    erasure: Erasure
+    erasure: Erasure | None  # None: nothing left to erase
 
 
-def memory_erase(*, caller: Caller, username: str, rewrite_storage: bool = False) -> ErasureResult:
+def memory_erase(*, caller: Caller, user_id: int, confirm: str) -> ErasureResult:
     """Destroy every value of a person's own memory (their private fragments,
-    live or retired); an admin of the workspace only. With `rewrite_storage`
-    the fragment table is rewritten afterwards (VACUUM FULL: reads and writes
-    of memory wait while it runs), so no page keeps the old bytes either."""
+    live or retired); an admin of the workspace only, who confirms by typing
+    the person's username. The storage is cleaned after the commit by a task
+    (`storage_clean_due`), which the beat retries until it is done."""
     access.require_admin(caller)
-    person = member_get(caller=caller, username=username).user
+    person = member_get(caller=caller, user_id=user_id).user
+    if confirm != person.username:
+        raise InvalidArgument(f"Type {person.username} exactly to erase their memory.", field="confirm")
     subject = access.subject_of(user=person)
     with transaction.atomic():
         with connection.cursor() as cursor:
@@ -120,39 +137,56 @@ def memory_erase(*, caller: Caller, username: str, rewrite_storage: bool = False
         rows = Fragment.objects.filter(tenant=caller.tenant, owner_user=person).exclude(
             retired_reason=Fragment.Retired.ERASED)
         ids = [str(pk) for pk in rows.values_list("pk", flat=True)]
+        # A write's first answer, kept for retries, is the person's too.
+        IdempotencyRecord.objects.filter(tenant=caller.tenant, principal=access.principal_key_of(user=person)).delete()
+        if not ids:
+            return ErasureResult(username=person.username, fragments=0, erasure=None)
         Fragment.resources.through.objects.filter(fragment_id__in=ids).delete()
         erased = Fragment.objects.filter(pk__in=ids).update(
-            value="", context="", subject_key="", content_hash="", resource_ref="", session_id="",
+            value="", context="", subject_key="", content_hash="", resource_ref="", session_id="", value_salt="",
             embedding=None, embedded_at=None, grounded_versions={}, successor=None,
             retired_at=F("recorded_at"), retired_reason=Fragment.Retired.ERASED,
         )
-        # A write's first answer, kept for retries, is the person's too.
-        IdempotencyRecord.objects.filter(tenant=caller.tenant, principal=access.principal_key_of(user=person)).delete()
         erasure = Erasure.objects.create(tenant=caller.tenant, subject=subject, erased_by=caller.subject or caller.kind,
                                          fragment_ids=ids)
-        transaction.on_commit(lambda: _clean_storage(rewrite=rewrite_storage))
+        transaction.on_commit(lambda: celery_app.send_task(CLEAN_TASK), robust=True)  # the beat retries
     return ErasureResult(username=person.username, fragments=erased, erasure=erasure)
+
+
+def memory_erase_named(*, caller: Caller, username: str, rewrite_storage: bool = False) -> ErasureResult:
+    """The command's erasure, by username; with `rewrite_storage` the fragment
+    table is rewritten at once (VACUUM FULL: reads and writes of memory wait
+    while it runs), so no page keeps the old bytes either."""
+    person = member_get(caller=caller, username=username).user
+    done = memory_erase(caller=caller, user_id=person.pk, confirm=person.username)
+    if rewrite_storage:
+        storage_clean_due(rewrite=True)
+    return done
 
 
 # The indexes that hold words of a fragment's value, its subject or its hash.
 _TEXT_INDEXES = ("fragment_search_vector_gin", "fragment_subject", "fragment_content_hash")
 
 
-def _clean_storage(*, rewrite: bool) -> None:
-    """After the commit: take the erased values' old row versions out of the
-    table (VACUUM) and rebuild the indexes that held their words without
-    blocking reads (a GIN index keeps a word as a key after its last row is
-    gone). What VACUUM frees inside a page is reused, not zeroed: `rewrite`
-    rewrites the table and every index instead, as a maintenance step."""
+def storage_clean_due(*, rewrite: bool = False) -> int:
+    """Take erased values' old row versions out of the fragment table and its
+    statistics (VACUUM ANALYZE) and rebuild, without blocking reads, the
+    indexes that held their words (a GIN index keeps a word as a key after its
+    last row is gone); then mark the erasures clean. Idempotent: the beat runs
+    it until no erasure waits. VACUUM cannot remove a row version an older
+    snapshot still sees (a long export, say): the next run does. What VACUUM
+    frees inside a page is reused, not zeroed: `rewrite` rewrites the table
+    and every index instead, as a maintenance step. Returns the erasures cleaned."""
+    waiting = list(Erasure.objects.filter(storage_cleaned_at__isnull=True).values_list("pk", flat=True))
+    if not waiting and not rewrite:
+        return 0
+    if connection.in_atomic_block:
+        raise RuntimeError("the storage is cleaned outside any transaction (VACUUM cannot run inside one)")
     tables = (Fragment._meta.db_table, Fragment.resources.through._meta.db_table)
     with connection.cursor() as cursor:
         for table in tables:
-            cursor.execute(f'VACUUM ({"FULL" if rewrite else "INDEX_CLEANUP ON"}) "{table}"')
+            cursor.execute(f'VACUUM ({"FULL, ANALYZE" if rewrite else "ANALYZE, INDEX_CLEANUP ON"}) "{table}"')
         if not rewrite:
             for index in _TEXT_INDEXES:
                 cursor.execute(f'REINDEX INDEX CONCURRENTLY "{index}"')
-
-
-def erasures_list(*, caller: Caller) -> list[Erasure]:
-    tenant = access.require_admin(caller)
-    return list(Erasure.objects.filter(tenant=tenant).order_by("-erased_at"))
+    return Erasure.objects.filter(pk__in=waiting).update(storage_cleaned_at=timezone.now())

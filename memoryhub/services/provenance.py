@@ -72,8 +72,8 @@ def provenance_for(
     }
     readable = access.readable_documents(reader, private_links, named_agent_ids=named_agent_ids,
                                          audience=audience) if private_links else frozenset()
-    groundings = _groundings(reader, fragments, instant or timezone.now(), readable,
-                             named_agent_ids=named_agent_ids, audience=audience)
+    groundings = _groundings(reader, fragments, instant or timezone.now(), named_agent_ids=named_agent_ids,
+                             audience=audience)
     found = {}
     for fragment in fragments:
         agents = {agent.name for agent in fragment.agents.all()}
@@ -96,17 +96,16 @@ def provenance_for(
 
 
 def _groundings(
-    reader: Caller, fragments: list[Fragment], instant: dt.datetime, readable_now: frozenset[int], *,
+    reader: Caller, fragments: list[Fragment], instant: dt.datetime, *,
     named_agent_ids: frozenset[int], audience: access.Audience | None,
 ) -> dict[uuid.UUID, tuple[str, str]]:
     """The fragments that are no longer grounded at `instant`: a document they
     were linked to (not their own source's) holds other content by then
     (stale) or was deleted by then (ungrounded).
 
-    A change is told only to a reader who may read the document at the read's
-    instant; a deletion only to one who could read it just before it was
-    deleted (both under today's rules). Anyone else is told the stored status, exactly as if the
-    document had not changed: its history is the document's, not theirs."""
+    Who is told is memoryhub.access.document_history_told's decision; anyone
+    else is told the stored status, exactly as if the document had not
+    changed: its history is the document's, not theirs."""
     links = []
     for fragment in fragments:
         versions = fragment.grounded_versions or {}
@@ -118,7 +117,8 @@ def _groundings(
                 links.append((fragment, resource, recorded))
     if not links:
         return {}
-    # A document's state at `instant`: (content hash, "" = deleted; since when).
+    # A document's state at `instant`: its content hash while it exists, or the
+    # instant it was deleted; None when nothing is known of it then.
     past = sorted({resource.pk for _, resource, _ in links if instant < resource.updated_at})
     history = {
         version.resource_id: (version.content_hash, version.started_at)
@@ -126,37 +126,32 @@ def _groundings(
         .order_by("resource_id", "-started_at").distinct("resource_id")
     } if past else {}
 
-    def state(resource: Resource) -> tuple[str, dt.datetime] | None:
+    def state(resource: Resource) -> tuple[str, dt.datetime | None] | None:
         if resource.pk in past:
-            return history.get(resource.pk)
+            version = history.get(resource.pk)
+            if version is None:
+                return None
+            content, since = version
+            return ("", since) if content == "" else (content, None)  # a version row with no content: a deletion
         if resource.deleted_at is not None:
             return "", resource.deleted_at
-        return resource.content_hash, resource.updated_at
+        # No content known (a document a source named without sending it): nothing to compare.
+        return (resource.content_hash, None) if resource.content_hash else None
 
-    def readable(pks: list[int], at: dt.datetime) -> frozenset[int]:
-        return access.readable_documents(reader, pks, named_agent_ids=named_agent_ids, audience=audience, as_of=at)
-
-    changed = sorted({resource.pk for _, resource, recorded in links
-                      if (at := state(resource)) is not None and at[0] and recorded and at[0] != recorded})
-    # A change is told to whoever may read the document at the read's instant
-    # (for a read of now, the titles' check above already says).
-    changed_told = (frozenset(pk for pk in changed if pk in readable_now)
-                    | readable([pk for pk in changed if pk in past], instant))
-    deletion_told: dict[int, bool] = {}
+    states = {resource.pk: state(resource) for _, resource, _ in links}
+    changed = {resource.pk for _, resource, recorded in links
+               if (at := states[resource.pk]) is not None and at[1] is None and recorded and at[0] != recorded}
+    deleted = {pk: at[1] for pk, at in states.items() if at is not None and at[1] is not None}
+    told = access.document_history_told(reader, changed=changed, deleted=deleted, instant=instant,
+                                        named_agent_ids=named_agent_ids, audience=audience)
     stale: dict[uuid.UUID, list[str]] = {}
     gone: dict[uuid.UUID, list[str]] = {}
-    for fragment, resource, recorded in links:
-        at = state(resource)
-        if at is None:
+    for fragment, resource, _ in links:
+        if resource.pk not in told:
             continue
-        content, since = at
-        if content == "":
-            if resource.pk not in deletion_told:
-                just_before = since - dt.timedelta(microseconds=1)
-                deletion_told[resource.pk] = resource.pk in readable([resource.pk], just_before)
-            if deletion_told[resource.pk]:
-                gone.setdefault(fragment.pk, []).append(resource.external_id)
-        elif resource.pk in changed_told and content != recorded:
+        if resource.pk in deleted:
+            gone.setdefault(fragment.pk, []).append(resource.external_id)
+        elif resource.pk in changed:
             stale.setdefault(fragment.pk, []).append(resource.external_id)
     judged = {}
     for status, found in ((Fragment.Grounding.STALE, stale), (Fragment.Grounding.UNGROUNDED, gone)):

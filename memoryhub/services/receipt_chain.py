@@ -26,6 +26,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
@@ -40,12 +41,13 @@ from contract.receipt_chain import (
     key_id,
     link_hash,
     public_key_text,
+    request_hash,
 )
 from memoryhub import access
 from memoryhub.access import Caller
+from memoryhub.errors import Conflict
 from memoryhub.models import Erasure, Receipt, ReceiptChain, ReceiptCheckpoint, Tenant
 
-RECORD_VERSION = 1
 CHECKPOINT_TASK = "memoryhub.tasks.checkpoint_receipts"
 
 # One statement: the workspace's head row (ReceiptChain) advances by one entry.
@@ -68,15 +70,21 @@ def instant(value: dt.datetime) -> str:
 
 def record_of(receipt: Receipt) -> dict[str, Any]:
     """What a receipt's chain entry covers, from its stored fields (the same
-    function writes the entry, checks it on replay and exports it)."""
+    function writes the entry, checks it on replay and exports it), in the
+    format version the receipt was chained with: 1, the request by its plain
+    SHA-256; 2, by its HMAC under the receipt's own salt."""
+    # (Migration 0008 chained the receipts made before the chain, as version 1, before the field existed.)
+    version = getattr(receipt, "record_version", 1)
+    request = receipt.request or {}
     return {
-        "v": RECORD_VERSION,
+        "v": version,
         "receipt": receipt.pk,
         "workspace": str(receipt.tenant_id),
         "reader": {"kind": receipt.principal_kind, "subject": receipt.subject, "user": receipt.reader_user_id,
                    "agent": receipt.reader_agent_id},
         "client_id": receipt.client_id,
-        "request_sha256": content_hash(receipt.request or {}),
+        **({"request_sha256": content_hash(request)} if version == 1
+           else {"request_hmac": request_hash(request, receipt.request_salt)}),
         "roles": list(receipt.roles or []),
         "as_of": instant(receipt.as_of),
         "as_of_explicit": receipt.as_of_explicit,
@@ -115,30 +123,56 @@ class EntryCheck:
 
 def entry_check(receipt: Receipt) -> EntryCheck:
     """Whether a receipt's entry still matches what it records and links to
-    its neighbours, and the first signed checkpoint at or after it."""
+    its neighbours, and the first checkpoint at or after it whose signature
+    verifies and whose signed head is the chain's entry at its place. (That
+    the entries between are intact, an export's verification shows.)"""
     seq, stored = receipt.chain_seq, receipt.chain_hash
+    # The head first: an entry after this one that it counts committed with it,
+    # so the neighbours read next (a newer snapshot) include it.
+    head_seq = ReceiptChain.objects.filter(tenant_id=receipt.tenant_id).values_list("seq", flat=True).first() or 0
     problem = None
     if link_hash(receipt.chain_prev, seq, content_hash(record_of(receipt))) != stored:
         problem = "what this receipt records changed after it was written"
     else:
         neighbours = dict(Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq__in=[seq - 1, seq + 1])
-                          .values_list("chain_seq", "chain_hash"))
-        before = GENESIS if seq == 1 else neighbours.get(seq - 1)
+                          .values_list("chain_seq", "chain_prev"))
+        before = GENESIS if seq == 1 else Receipt.objects.filter(
+            tenant_id=receipt.tenant_id, chain_seq=seq - 1).values_list("chain_hash", flat=True).first()
         if before != receipt.chain_prev:
             problem = "the entry before it is missing or was changed"
         elif seq + 1 in neighbours:
-            if not Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq=seq + 1, chain_prev=stored).exists():
+            if neighbours[seq + 1] != stored:
                 problem = "the entry after it does not link to it"
-        elif ReceiptChain.objects.filter(tenant_id=receipt.tenant_id, seq__gt=seq).exists():
+        elif head_seq > seq:
             problem = "the entry after it is missing"
-    checkpoint = (ReceiptCheckpoint.objects.filter(tenant_id=receipt.tenant_id, seq__gte=seq)
-                  .order_by("seq").first())
+    checkpoint, checkpoint_problem = _covering_checkpoint(receipt)
+    problem = problem or checkpoint_problem
     if problem:
         return EntryCheck(seq, stored, False, f"Chain entry {seq} does not verify: {problem}.", checkpoint)
-    signed = (f" A checkpoint signed at {instant(checkpoint.signed_at)} covers it (seq {checkpoint.seq})."
-              if checkpoint else " No checkpoint has signed it yet.")
+    signed = (f" The checkpoint signed at {instant(checkpoint.signed_at)} (entry {checkpoint.seq}) verifies and "
+              "matches the chain." if checkpoint else " No checkpoint has signed it yet.")
     return EntryCheck(seq, stored, True, f"Chain entry {seq} verifies against what it records and its neighbours."
                       + signed, checkpoint)
+
+
+def _covering_checkpoint(receipt: Receipt) -> tuple[ReceiptCheckpoint | None, str | None]:
+    checkpoint = (ReceiptCheckpoint.objects.filter(tenant_id=receipt.tenant_id, seq__gte=receipt.chain_seq)
+                  .order_by("seq").first())
+    if checkpoint is None:
+        return None, None
+    message = checkpoint_message(str(receipt.tenant_id), checkpoint.seq, checkpoint.head,
+                                 instant(checkpoint.signed_at))
+    try:
+        signing_key().public_key().verify(bytes.fromhex(checkpoint.signature), message)
+    except Conflict:
+        return checkpoint, "its checkpoint cannot be checked: the checkpoint key is missing"
+    except (InvalidSignature, ValueError):
+        return checkpoint, f"the checkpoint of entry {checkpoint.seq} does not verify with this deployment's key"
+    signed_entry = Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq=checkpoint.seq).values_list(
+        "chain_hash", flat=True).first()
+    if signed_entry != checkpoint.head:
+        return checkpoint, f"the chain's entry {checkpoint.seq} is not the one its checkpoint signed"
+    return checkpoint, None
 
 
 # --------------------------------------------------------------------------- the signing key
@@ -149,21 +183,33 @@ def _key_path() -> Path:
     return Path(configured) if configured else Path(settings.DATA_DIR) / "receipt-signing-key.pem"
 
 
+KEY_MISSING = ("The receipt checkpoint key is missing from {path} while checkpoints signed with it exist. "
+               "Restore the key file from your backup (or point MEMORYHUB_RECEIPT_KEY_FILE at it); until then no "
+               "checkpoint can be signed or checked.")
+
+
 def signing_key() -> Ed25519PrivateKey:
-    """The deployment's checkpoint key, made on first use (mode 0600, never
-    overwritten: two processes racing to make it end up with the same one)."""
+    """The deployment's checkpoint key, made on first use (mode 0600), written
+    whole before it appears (two processes racing end up with the same one).
+    Never made again once checkpoints exist: a new key would silently stop
+    matching the public key already published."""
     path = _key_path()
     if not path.exists():
+        if ReceiptCheckpoint.objects.exists():
+            raise Conflict(KEY_MISSING.format(path=path))
         path.parent.mkdir(parents=True, exist_ok=True)
         pem = Ed25519PrivateKey.generate().private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(pem)
         try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.link(partial, path)  # fails if another process made it first: theirs is kept
         except FileExistsError:
             pass
-        else:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(pem)
+        finally:
+            partial.unlink()
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise RuntimeError(f"{path} does not hold an Ed25519 private key")
@@ -195,7 +241,7 @@ def _sign(tenant: Tenant) -> ReceiptCheckpoint | None:
 def checkpoint_sign(*, caller: Caller) -> ReceiptCheckpoint | None:
     """Sign the caller's workspace's chain head now (None when no receipt was
     added since the last checkpoint)."""
-    return _sign(access.require_admin(caller))
+    return _sign(access.require_receipt_auditor(caller))
 
 
 def checkpoints_due() -> int:
@@ -214,17 +260,19 @@ class ChainOverview:
     head_seq: int
     head: str
     checkpoints: list[ReceiptCheckpoint]
+    erasures: list[Erasure]
 
 
 def chain_overview(*, caller: Caller, limit: int = 20) -> ChainOverview:
-    """The admin page: the public key to publish, the head and the latest checkpoints."""
-    tenant = access.require_admin(caller)
+    """The admin page: the public key to publish, the head, the latest checkpoints and erasures."""
+    tenant = access.require_receipt_auditor(caller)
     head = ReceiptChain.objects.filter(tenant=tenant).first()
     key = public_key()
     return ChainOverview(
         public_key=public_key_text(key), key_id=key_id(key), head_seq=head.seq if head else 0,
         head=head.head if head else GENESIS,
         checkpoints=list(ReceiptCheckpoint.objects.filter(tenant=tenant).order_by("-seq")[:limit]),
+        erasures=list(Erasure.objects.filter(tenant=tenant).order_by("-erased_at")[:limit]),
     )
 
 
@@ -241,7 +289,7 @@ def receipts_export(*, caller: Caller, since: dt.datetime | None = None) -> Iter
     """The workspace's chain as export items (contract/receipt_chain.py): the
     header, every entry from the first made at or after `since` in chain
     order, then the checkpoints from there on. Read in one snapshot."""
-    tenant = access.require_admin(caller)
+    tenant = access.require_receipt_auditor(caller)
     receipts = Receipt.objects.filter(tenant=tenant).order_by("chain_seq")
     checkpoints = ReceiptCheckpoint.objects.filter(tenant=tenant).order_by("seq")
     outermost = not connection.in_atomic_block

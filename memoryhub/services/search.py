@@ -355,7 +355,8 @@ def fragments_search(
                     as_of=instant,
                     as_of_explicit=request.as_of is not None,
                     served=execution.result.served_ids,
-                    served_hashes=[value_hash(hit.fragment.value) for hit in execution.result.hits],
+                    served_hashes=[value_hash(hit.fragment.value, hit.fragment.value_salt)
+                                   for hit in execution.result.hits],
                     abstained=execution.result.abstained,
                     budget=budget.name if budget is not None else "",
                     created_at=timezone.now(),

@@ -200,3 +200,17 @@ def test_over_the_ingestion_api_and_mcp(wiki_api, live_people, asgi_server):
             assert replay["chain"]["verified"] is True
 
     asyncio.run(flow())
+
+
+def test_a_document_a_source_only_named_is_never_taken_for_deleted(people):
+    """A document named by a source's fact (no content sent) has no version to
+    compare: a memory linked to it stays as it was stated."""
+    from memoryhub.services.ingest import fragment_ingest
+
+    fragment_ingest(source=people.wiki, value="Desks are booked through the desk tool.",
+                    collection=people.collection("runbooks"), resources=[{"id": "desk-doc", "title": "Desks"}])
+    fragment = private_fragment(people.caller(people.bruno), "I book desk 12 on Mondays.", resource_ref="desk-doc")
+    assert enrichment.fragments_link_documents(fragment_ids=[str(fragment.pk)]) == 1
+    result = fragments_search(caller=people.caller(people.bruno), query="book desk Mondays")
+    mine = next(hit for hit in result.hits if hit.fragment.pk == fragment.pk)
+    assert (mine.provenance.grounding, mine.provenance.grounding_note) == ("stated", None)

@@ -5,6 +5,7 @@ receipts that served them keep their hashes and the chain still verifies."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from contract import receipt_chain as chain_format
-from memoryhub.errors import NotFound, PermissionDenied
+from memoryhub.errors import InvalidArgument, NotFound, PermissionDenied
 from memoryhub.models import AccessRule, Erasure, Fragment, IdempotencyRecord, Receipt
 from memoryhub.services import enrichment, portability, receipt_chain
 from memoryhub.services.fragments import fragment_forget, fragment_write
@@ -66,7 +67,9 @@ def test_a_person_exports_their_own_memory_and_receipts(people):
     assert receipt["request"]["query"] == "favourite tea"
     # The person can check their receipt's entry in the chain themselves.
     chain = receipt["chain"]
-    assert chain["record"]["request_sha256"] == chain_format.content_hash(receipt["request"])
+    assert chain["record"]["request_hmac"] == chain_format.request_hash(receipt["request"], receipt["request_salt"])
+    assert chain["record"]["served"][0][1] == chain_format.value_hash(fragments[kept]["value"],
+                                                                      fragments[kept]["value_salt"])
     assert chain["hash"] == chain_format.link_hash(chain["prev"], chain["seq"],
                                                    chain_format.content_hash(chain["record"]))
     assert "Cleo" not in json.dumps(items)
@@ -114,9 +117,13 @@ def test_the_page_and_the_command_give_the_same_export(people, tmp_path):
 def test_only_an_admin_of_the_workspace_erases(people):
     _write(people.caller(people.bruno), f"My favourite tea is {MARKER} oolong.")
     with pytest.raises(PermissionDenied):
-        portability.memory_erase(caller=people.caller(people.cleo), username="bruno")
+        portability.memory_erase(caller=people.caller(people.cleo), user_id=people.bruno.pk, confirm="bruno")
     with pytest.raises(NotFound):
-        portability.memory_erase(caller=people.caller(people.olga), username="bruno")
+        portability.memory_erase(caller=people.caller(people.olga), user_id=people.bruno.pk, confirm="bruno")
+    with pytest.raises(InvalidArgument, match="Type bruno exactly"):
+        portability.memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="Bruno")
+    with pytest.raises(PermissionDenied):  # the operator exports a person's memory; an admin does not
+        list(portability.memory_export_for(caller=people.caller(people.ada), username="bruno"))
     assert Fragment.objects.filter(value__contains=MARKER).count() == 1
     assert signed_in(people.bruno).post(f"/workspace/members/{people.bruno.pk}/erase/",
                                         {"confirm": "bruno"}).status_code == 403
@@ -146,6 +153,14 @@ def _relation_files(*, heap_only: bool = False) -> list[Path]:
     return files
 
 
+def _statistics_hold(text: str) -> bool:
+    """Whether the planner's statistics of the fragment table quote `text`."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stats AS s WHERE tablename = 'memoryhub_fragment' AND s::text ILIKE %s",
+                       [f"%{text}%"])
+        return bool(cursor.fetchone()[0])
+
+
 def _tables_holding(text: str) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
@@ -170,15 +185,24 @@ def test_an_erasure_leaves_nothing_of_the_values_and_the_chain_still_verifies(tm
     read = fragments_search(caller=bruno, query="favourite tea oolong")
     assert [str(hit.fragment.pk) for hit in read.hits] == [first]
     receipt_chain.checkpoint_sign(caller=people.system())
+    salt = Fragment.objects.get(pk=first).value_salt
     assert IdempotencyRecord.objects.filter(principal=f"user:{people.bruno.pk}").exists()
-    assert _tables_holding(MARKER) == ["memoryhub_fragment"]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_fragment")
+    assert _tables_holding(MARKER) == ["memoryhub_fragment"] and _statistics_hold(MARKER)
 
-    done = portability.memory_erase(caller=people.caller(people.ada), username="bruno")
-
-    assert done.fragments == 2
+    done = portability.memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="bruno")
+    assert done.fragments == 2 and done.erasure.storage_cleaned_at is None
+    # What the task queued after the commit does (and the beat repeats until none waits).
+    assert portability.storage_clean_due() == 1
+    assert portability.storage_clean_due() == 0
+    assert Erasure.objects.get().storage_cleaned_at is not None
     with connection.cursor() as cursor:
         cursor.execute("CHECKPOINT")
     assert _tables_holding(MARKER) == [] and _tables_holding(SECOND) == []
+    assert not _statistics_hold(MARKER) and not _statistics_hold(SECOND)
+    # Tombstones never go back to the embedding backlog.
+    assert first not in enrichment.fragments_pending(older_than=dt.timedelta(0))
     files = _relation_files()
     assert len(files) >= 4  # the table, its TOAST table and the indexes
     # No index keeps a word of them; the table's rows do not either (above), though
@@ -197,7 +221,8 @@ def test_an_erasure_leaves_nothing_of_the_values_and_the_chain_still_verifies(tm
     # The receipt that served it keeps the id and the hash; the chain and its checkpoint still verify.
     receipt = Receipt.objects.get(pk=read.receipt_id)
     assert receipt.served == [first]
-    assert receipt.served_hashes == [chain_format.value_hash(f"My favourite tea is {MARKER} oolong.")]
+    assert receipt.served_hashes == [chain_format.value_hash(f"My favourite tea is {MARKER} oolong.", salt)]
+    assert tombstone.value_salt == ""  # the hash can no longer confirm any guess
     replay = receipt_replay(caller=bruno, receipt_id=read.receipt_id)
     assert replay.chain.verifies and replay.missing_now == [first]
     export = tmp_path / "receipts.jsonl"

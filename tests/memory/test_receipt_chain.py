@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from contract import receipt_chain as chain_format
 from memoryhub.errors import PermissionDenied
 from memoryhub.mcp_adapter.render import receipt_output
-from memoryhub.models import Receipt, ReceiptChain, ReceiptCheckpoint
+from memoryhub.models import Fragment, Receipt, ReceiptChain, ReceiptCheckpoint
 from memoryhub.services import receipt_chain
 from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
@@ -73,12 +73,17 @@ def test_each_receipt_takes_the_next_place_and_links_to_the_one_before(people, b
     assert (head.seq, head.head, head.prev) == (4, receipts[-1].chain_hash, receipts[-2].chain_hash)
     # What it covers: reader, kind, client, the request (by hash), as_of, roles, what was served and each value.
     record = receipt_chain.record_of(receipts[0])
+    assert record["v"] == 2
     assert record["reader"] == {"kind": "user", "subject": "user:bruno", "user": people.bruno.pk, "agent": None}
-    assert record["request_sha256"] == chain_format.content_hash(receipts[0].request)
+    # The request and the values by keyed hashes: nobody without the salts can confirm a guess.
+    assert record["request_hmac"] == chain_format.request_hash(receipts[0].request, receipts[0].request_salt)
+    assert record["request_hmac"] != chain_format.content_hash(receipts[0].request)
     assert record["roles"] == ["engineering"] and record["client_id"] == "test-client"
     served = receipts[0].served
-    assert served and record["served"] == [[served[0], chain_format.value_hash(
-        "Rotate the TLS certificates every quarter.")]]
+    salt = Fragment.objects.get(pk=served[0]).value_salt
+    assert served and len(salt) >= 32 and record["served"] == [[served[0], chain_format.value_hash(
+        "Rotate the TLS certificates every quarter.", salt)]]
+    assert record["served"][0][1] != chain_format.value_hash("Rotate the TLS certificates every quarter.")
 
 
 def test_each_workspace_has_its_own_chain(people, bruno):
@@ -170,7 +175,16 @@ def test_an_export_verifies_offline_with_the_published_key(people, bruno, tmp_pa
     assert unsigned.returncode == 0 and "signatures NOT checked" in unsigned.stdout
     someone_else = Ed25519PrivateKey.generate().public_key().public_bytes_raw()
     forged = _verify(path, key=chain_format.public_key_text(someone_else))
-    assert forged.returncode == 1 and "signature does not verify" in forged.stdout
+    assert forged.returncode == 1 and "not one of the public keys given" in forged.stdout
+    # A checkpoint line whose signature was altered.
+    lines = path.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"checkpoint"' in line)
+    item = json.loads(lines[index])
+    item["signature"] = ("0" if item["signature"][0] != "0" else "1") + item["signature"][1:]
+    lines[index] = json.dumps(item)
+    path.write_text("\n".join(lines) + "\n")
+    altered = _verify(path)
+    assert altered.returncode == 1 and "its signature does not verify" in altered.stdout
 
 
 def test_an_export_from_a_date_starts_mid_chain_and_still_verifies(people, bruno, tmp_path):
@@ -249,6 +263,40 @@ def test_a_rewritten_chain_does_not_match_its_signed_checkpoint(people, bruno, t
     assert "the chain ends at seq 2, before the signed head: entries 3 to 3 are missing" in result.stdout
 
 
+def test_a_chain_rewritten_with_its_checkpoints_is_caught_by_the_published_ones(people, bruno, tmp_path):
+    """Whoever can write the database can also delete the checkpoint rows: the
+    lines published elsewhere still catch the rewrite, and an export with no
+    checkpoint says it proves nothing against that."""
+    ids = _searches(bruno, 3)
+    published = tmp_path / "published.jsonl"
+    published.write_text(json.dumps(receipt_chain.checkpoint_item(
+        receipt_chain.checkpoint_sign(caller=people.system()))) + "\n")
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM memoryhub_receiptcheckpoint")
+        cursor.execute("UPDATE memoryhub_receipt SET roles = '[\"leads\"]'::jsonb WHERE id = %s", [ids[2]])
+    forged = Receipt.objects.get(pk=ids[2])
+    forged.chain_hash = chain_format.link_hash(forged.chain_prev, 3, chain_format.content_hash(
+        receipt_chain.record_of(forged)))
+    forged.save(update_fields=["chain_hash"])
+    path = _export(people, tmp_path)
+    alone = _verify(path)
+    assert alone.returncode == 0 and "warning: no checkpoint matched" in alone.stdout
+    key = chain_format.public_key_text(receipt_chain.public_key())
+    result = subprocess.run([sys.executable, "-I", "-S", str(VERIFIER), str(path), "--public-key", key,
+                             "--checkpoints", str(published)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "the chain's entry at seq 3 is not the one that was signed" in result.stdout
+
+
+def test_missing_first_entries_or_an_emptied_chain_are_caught(people, bruno, tmp_path):
+    ids = _searches(bruno, 3)
+    receipt_chain.checkpoint_sign(caller=people.system())
+    out = _tampered(people, tmp_path, ("DELETE FROM memoryhub_receipt WHERE id = %s", [ids[0]]))
+    assert f"seq 2 (receipt {ids[1]}) is the first entry of the export, which should start at seq 1" in out
+    out = _tampered(people, tmp_path, ("DELETE FROM memoryhub_receipt", []))
+    assert "the chain ends at seq 0, before the signed head: entries 1 to 3 are missing" in out
+
+
 def test_a_reordered_or_edited_export_file_is_caught(people, bruno, tmp_path):
     _searches(bruno, 4)
     path = _export(people, tmp_path)
@@ -317,7 +365,14 @@ def test_a_replay_says_whether_its_chain_entry_verifies(people, bruno):
     assert replay["chain"]["seq"] == 2 and replay["chain"]["verified"] is True
     assert replay["chain"]["checkpoint_signed_at"] is None and "No checkpoint" in replay["chain"]["note"]
     receipt_chain.checkpoint_sign(caller=people.system())
-    assert receipt_output(receipt_replay(caller=bruno, receipt_id=ids[1]))["chain"]["checkpoint_signed_at"]
+    covered = receipt_output(receipt_replay(caller=bruno, receipt_id=ids[1]))["chain"]
+    assert covered["checkpoint_signed_at"] and "verifies and matches the chain" in covered["note"]
+    with connection.cursor() as cursor:  # a forged checkpoint row is not taken for a signature
+        cursor.execute("UPDATE memoryhub_receiptcheckpoint SET signature = repeat('0', 128)")
+    forged = receipt_output(receipt_replay(caller=bruno, receipt_id=ids[1]))["chain"]
+    assert forged["verified"] is False and "does not verify with this deployment's key" in forged["note"]
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM memoryhub_receiptcheckpoint")
     with connection.cursor() as cursor:
         cursor.execute("UPDATE memoryhub_receipt SET roles = '[\"leads\"]'::jsonb WHERE id = %s", [ids[1]])
     changed = receipt_output(receipt_replay(caller=bruno, receipt_id=ids[1]))["chain"]

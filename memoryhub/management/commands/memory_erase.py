@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from memoryhub.errors import MemoryhubError
 from memoryhub.management.acting import acting_caller, add_acting_argument
-from memoryhub.services.portability import memory_erase
+from memoryhub.services.portability import memory_erase_named
 
 
 class Command(BaseCommand):
@@ -25,12 +25,12 @@ class Command(BaseCommand):
         if not yes:
             raise CommandError(f"This destroys every memory of {username} for good; run again with --yes.")
         try:
-            done = memory_erase(caller=acting_caller(workspace, acting_as), username=username,
-                                rewrite_storage=options["rewrite_storage"])
+            done = memory_erase_named(caller=acting_caller(workspace, acting_as), username=username,
+                                      rewrite_storage=options["rewrite_storage"])
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         if options["json"]:
             self.stdout.write(json.dumps({"username": done.username, "erased": done.fragments,
-                                          "erased_at": done.erasure.erased_at.isoformat()}))
+                                          "erased_at": done.erasure.erased_at.isoformat() if done.erasure else None}))
         else:
             self.stdout.write(f"Erased {done.fragments} memories of {done.username}.")

@@ -1,5 +1,6 @@
 import datetime as dt
 import json
+import os
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
@@ -18,15 +19,17 @@ class Command(BaseCommand):
         parser.add_argument("workspace")
         parser.add_argument("--since", default="", help="Start at the first receipt made at or after this instant "
                                                         "(ISO 8601, e.g. 2026-12-01 or 2026-12-01T09:00:00Z).")
-        parser.add_argument("--output", default="-", help="The file to write ('-', the default: standard output).")
+        parser.add_argument("--output", default="-", help="The file to write ('-', the default: standard output); "
+                                                          "written whole or not at all.")
         add_acting_argument(parser)
 
     def handle(self, *args, workspace, since, output, acting_as, **options):
         caller = acting_caller(workspace, acting_as)
+        partial = f"{output}.partial"
         try:
             instant = checked_instant(_day_or_instant(since), field="since") if since else None
             items = receipts_export(caller=caller, since=instant)
-            handle = sys.stdout if output == "-" else open(output, "w", encoding="ascii")  # noqa: SIM115
+            handle = sys.stdout if output == "-" else open(partial, "w", encoding="ascii")  # noqa: SIM115
             try:
                 written = 0
                 for item in items:
@@ -35,10 +38,15 @@ class Command(BaseCommand):
             finally:
                 if handle is not sys.stdout:
                     handle.close()
+            if output != "-":
+                os.replace(partial, output)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         except OSError as exc:
             raise CommandError(f"--output: {exc}") from exc
+        finally:
+            if output != "-" and os.path.exists(partial):
+                os.unlink(partial)
         if output != "-":
             self.stderr.write(f"Wrote {written} receipts of {workspace} to {output}.")
 
