@@ -129,6 +129,8 @@ NOTICE_NOTHING_VISIBLE = (
 NOTICE_NOTHING_MATCHED = "Nothing in the memory visible to you matched this query."
 NOTICE_NOTHING_MATCHED_FILTERS = "Nothing in the memory visible to you matched this query and its filters."
 NOTICE_ABSTAINED = "Memory abstained: nothing visible to you was relevant enough to this query to answer it."
+NOTICE_WITHHELD = ("Memories matched, but the documents they rest on have changed or were deleted since, and this "
+                   "workspace does not serve such memories.")
 
 
 # --------------------------------------------------------------------------- request
@@ -442,8 +444,10 @@ def _execute(
                                 audience=policy.audience, instant=as_of)
     for hit in ranked:
         hit.provenance = provenance[hit.fragment.pk]
+    withheld = False
     if withhold:
-        ranked = [hit for hit in ranked if hit.provenance.grounding not in NOT_GROUNDED][: request.limit]
+        grounded = [hit for hit in ranked if hit.provenance.grounding not in NOT_GROUNDED]
+        withheld, ranked = len(grounded) < len(ranked), grounded[: request.limit]
     if judging and ranked:
         ranked = _arrange(ranked, task_vector=task_vector, task_tags=request.task_tags)
 
@@ -454,6 +458,8 @@ def _execute(
             notice = NOTICE_NOTHING_VISIBLE
         elif abstained:
             notice = NOTICE_ABSTAINED
+        elif withheld:
+            notice = NOTICE_WITHHELD
         else:
             notice = NOTICE_NOTHING_MATCHED_FILTERS if request.has_filters else NOTICE_NOTHING_MATCHED
 

@@ -113,6 +113,8 @@ def test_a_workspace_can_withhold_stale_memories(people):
     _upsert(people, "The on-call rotation changes every Tuesday.")
     Tenant.objects.filter(pk=people.acme.pk).update(stale_policy=Tenant.StalePolicy.WITHHOLD)
     assert _grounding(people) is None
+    only_mine = fragments_search(caller=people.caller(people.bruno), query="I cover Mondays")
+    assert only_mine.hits == [] and "this workspace does not serve such memories" in only_mine.notice
     assert _grounding(people, as_of=before_change) == ("stated", None)
     # The document's own new text is still served.
     result = fragments_search(caller=people.caller(people.bruno), query="on-call rotation")

@@ -12,7 +12,21 @@ import httpx2
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from memoryhub.models import AccessRule, Agent, Collection, Membership, Proposal, Role, Source, Tenant, User
+from memoryhub.models import (
+    AccessRule,
+    Agent,
+    Collection,
+    Fragment,
+    Membership,
+    Proposal,
+    ReceiptCheckpoint,
+    Role,
+    Source,
+    Tenant,
+    User,
+)
+from memoryhub.services.fragments import fragment_write
+from memoryhub.services.search import fragments_search
 from tests.conftest import PASSWORD
 from tests.pages.helpers import client_credentials, propose, set_public_origin, workspace_of
 
@@ -53,6 +67,9 @@ def console_urls(people, proposal) -> dict[str, tuple[str, str, bool]]:
         "workspace:members": (GET, "/workspace/members/", False),
         "workspace:member_add": (POST, "/workspace/members/add/", False),
         "workspace:member_update": (POST, f"/workspace/members/{people.bruno.pk}/", True),
+        "workspace:member_erase": (POST, f"/workspace/members/{people.bruno.pk}/erase/", True),
+        "workspace:receipt_chain": (GET, "/workspace/receipts/", False),
+        "workspace:receipt_checkpoint": (POST, "/workspace/receipts/checkpoint/", False),
         "workspace:role_add": (POST, "/workspace/roles/add/", False),
         "workspace:role_delete": (POST, f"/workspace/roles/{role.pk}/delete/", True),
         "workspace:collections": (GET, "/workspace/collections/", False),
@@ -77,7 +94,7 @@ def post_body(people, proposal) -> dict:
         "username": "intruder", "password": PASSWORD, "name": "intruder", "kind": "documents",
         "role": "sales", "collection": "accounts", "scopes": ["memory.read"],
         f"m{people.bruno.pk}-is_admin": "on", f"m{people.bruno.pk}-roles": ["leads"],
-        "relevance_floor": "0.9", "write_policy": "open",
+        "relevance_floor": "0.9", "write_policy": "open", "confirm": "bruno",
     }
 
 
@@ -108,6 +125,8 @@ def acme_state(people) -> tuple:
         sorted(Agent.objects.filter(tenant=acme).values_list("name", "revoked_at")),
         Agent.objects.get(pk=people.triage_bot.agent.pk).application.client_secret,
         (acme.judgment_plane, acme.relevance_floor, acme.write_policy),
+        sorted(Fragment.objects.filter(tenant=acme).values_list("pk", "value")),
+        ReceiptCheckpoint.objects.filter(tenant=acme).count(),
     )
 
 
@@ -131,6 +150,9 @@ def test_nobody_but_the_workspaces_admins_reaches_the_console(asgi_server, setti
     people = live_people
     set_public_origin(settings, asgi_server.url)
     proposal = propose(people.triage_bot, "Acme's build cache lives on cache-01.")
+    # Something to erase and a receipt chain to sign, so an intruder who could would change the state.
+    fragment_write(caller=people.caller(people.bruno), content="Bruno's desk is by the window.")
+    fragments_search(caller=people.caller(people.bruno), query="desk")
     urls = console_urls(people, proposal)
     body = post_body(people, proposal)
     before = acme_state(people)
