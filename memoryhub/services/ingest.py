@@ -445,6 +445,8 @@ def document_upsert(*, source: Source, document: Document, now: dt.datetime | No
             if (fragment.content_hash, fragment.context) == (chunk_hash(expected.value), expected.context):
                 keep.add(fragment.pk)
                 pending.pop(fragment.position)
+        if keep:  # unchanged pieces are part of the new version too
+            Fragment.objects.filter(pk__in=keep).update(grounded_versions={str(resource.pk): content_hash})
         retire = [fragment.pk for fragment in live if fragment.pk not in keep]
         if retire:
             Fragment.objects.filter(pk__in=retire).update(
@@ -514,6 +516,8 @@ def _fragments_create(
             content_hash=digest,
             embedding=known.get(digest),
             embedded_at=now if digest in known else None,
+            # The version of its document it came from.
+            grounded_versions={str(resource.pk): resource.content_hash},
         )
         for piece in pieces
         for digest in [chunk_hash(piece.value)]

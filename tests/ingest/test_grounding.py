@@ -73,7 +73,9 @@ def test_the_same_content_again_or_a_new_title_does_not_make_it_stale(people):
 
 
 def test_a_documents_own_fragments_are_replaced_never_stale(people):
-    _upsert(people, "The on-call rotation changes every Monday.")
+    first = _upsert(people, "The on-call rotation changes every Monday.")
+    old = Fragment.objects.get(value="The on-call rotation changes every Monday.")
+    assert list(old.grounded_versions.values()) == [first.content_hash]  # the version it came from
     before = timezone.now()
     _upsert(people, "The on-call rotation changes every Tuesday.")
     now = fragments_search(caller=people.caller(people.bruno), query="on-call rotation")
@@ -216,3 +218,16 @@ def test_a_document_a_source_only_named_is_never_taken_for_deleted(people):
     result = fragments_search(caller=people.caller(people.bruno), query="book desk Mondays")
     mine = next(hit for hit in result.hits if hit.fragment.pk == fragment.pk)
     assert (mine.provenance.grounding, mine.provenance.grounding_note) == ("stated", None)
+
+
+def test_a_kept_piece_belongs_to_the_new_version_too(people):
+    def chat(reply: str):
+        fields = {**doc(HANDBOOK), "text": None, "turns": [{"speaker": "Ana", "text": "Where do pages go?"},
+                                                            {"speaker": "Ben", "text": reply}]}
+        return document_upsert(source=people.wiki, document=document_validated(**fields))
+
+    chat("To the on-call phone.")
+    second = chat("To the on-call pager.")
+    assert second.kept == 1 and second.added == 1
+    for fragment in Fragment.objects.filter(source=people.wiki, retired_at__isnull=True):
+        assert list(fragment.grounded_versions.values()) == [second.content_hash], fragment.value
