@@ -281,10 +281,20 @@ def _verify(lines: Iterable[str], keys: dict[str, bytes], published: list[str], 
         verdict.first_seq = item["seq"] if verdict.first_seq is None else verdict.first_seq
         verdict.last_seq = item["seq"]
         previous = item
-    checkpoints += [(f"published line {number}", item) for number, item in _parsed(published, "published line")
-                    if item["kind"] == "checkpoint"]
+    seen = {(item.get("seq"), item.get("head"), item.get("signature")) for _, item in checkpoints}
+    for number, item in _parsed(published, "published line"):
+        # A published log may hold other workspaces' lines too, and lines this export already has.
+        if item["kind"] == "checkpoint" and item.get("workspace") == workspace \
+                and (item.get("seq"), item.get("head"), item.get("signature")) not in seen:
+            checkpoints.append((f"published line {number}", item))
+    # Where the chain is known to end: its last entry, or just before where a --since export starts.
+    end = max(verdict.last_seq or 0, (header.get("first_seq") or 1) - 1 if since is not None else 0)
     for where, checkpoint in checkpoints:
-        _check_checkpoint(where, checkpoint, workspace, chain, since, verdict, keys)
+        _check_checkpoint(where, checkpoint, workspace, chain, since, verdict, keys, end=end,
+                          exported_at=header.get("exported_at"))
+    if since is not None and verdict.first_seq is not None:
+        verdict.notes.append(f"note: the export starts at seq {verdict.first_seq} (since {since}); entries before it "
+                             "were not checked.")
 
 
 def _note_erasure(number: int, item: dict[str, Any], workspace: Any, verdict: Verdict) -> None:
@@ -332,7 +342,7 @@ def _check_entry(number: int, item: dict[str, Any], previous: dict[str, Any] | N
 
 
 def _check_checkpoint(where: str, checkpoint: dict[str, Any], workspace: Any, chain: dict[int, str],
-                      since: Any, verdict: Verdict, keys: dict[str, bytes]) -> None:
+                      since: Any, verdict: Verdict, keys: dict[str, bytes], *, end: int, exported_at: Any) -> None:
     seq, head, signed_at = checkpoint.get("seq"), checkpoint.get("head"), checkpoint.get("signed_at")
     if not isinstance(seq, int) or not isinstance(head, str) or not isinstance(signed_at, str):
         raise _Broken(f"{where}: a checkpoint needs seq, head and signed_at")
@@ -349,10 +359,12 @@ def _check_checkpoint(where: str, checkpoint: dict[str, Any], workspace: Any, ch
             signature = b""
         if not ed25519_verify(key, checkpoint_message(workspace, seq, head, signed_at), signature):
             raise _Broken(f"{name}: its signature does not verify with this public key")
-    last = verdict.last_seq or 0
-    if seq > last:
-        raise _Broken(f"{name}: the chain ends at seq {last}, before the signed head: "
-                      f"entries {last + 1} to {seq} are missing")
+    if seq > end:
+        if isinstance(exported_at, str) and signed_at > exported_at:
+            verdict.notes.append(f"note: {name} was signed after this export was made and was not compared.")
+            return
+        raise _Broken(f"{name}: the chain ends at seq {end}, before the signed head: "
+                      f"entries {end + 1} to {seq} are missing")
     if seq in chain:
         if chain[seq] != head:
             raise _Broken(f"{name}: the chain's entry at seq {seq} is not the one that was signed")

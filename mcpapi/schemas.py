@@ -304,8 +304,9 @@ RECEIPT_OUTPUT: Final[JSONSchema] = {
                 "hash": {"type": "string", "description": "Its entry's SHA-256 (hex)."},
                 "verified": {
                     "type": "boolean",
-                    "description": "True when the entry still matches what the receipt records and links to "
-                                   "the entries on either side.",
+                    "description": "True when the entry still matches what the receipt records, links to the "
+                                   "entries on either side, and the first checkpoint covering it signed the chain's "
+                                   "entry at its place (its signature checked when made with this server's key).",
                 },
                 "checkpoint_signed_at": _nullable(
                     "string", "When the first signed checkpoint covering this entry was signed, if one has."),

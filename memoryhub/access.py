@@ -190,6 +190,16 @@ def caller_for_user(*, user: User, client_id: str = "", subject: str = "") -> Ca
     return Caller(tenant=membership.tenant, kind="user", user=user, client_id=client_id, subject=subject)
 
 
+def owner_for_export(operator: Caller, *, user: User) -> Caller:
+    """The person `user` as the owner of their memory, for the export the
+    deployment's operator makes for them (an access request), active or not:
+    it reads exactly what they own and could download themselves."""
+    require_system(operator)
+    if user.tenant_id != operator.tenant.pk:
+        raise PermissionDenied("This person is not of this workspace.")
+    return Caller(tenant=operator.tenant, kind="user", user=user, client_id="manage.py")
+
+
 def caller_for_agent(*, agent: Agent, client_id: str = "", subject: str = "") -> Caller:
     if agent.revoked_at is not None:
         raise PermissionDenied("This agent's access has been revoked.")

@@ -452,7 +452,8 @@ class Receipt(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     # Its entry in the workspace's hash chain (contract/receipt_chain.py).
     served_hashes = models.JSONField(
-        default=list, help_text="SHA-256 of each served fragment's stored value, in the order of `served`."
+        default=list, help_text="The keyed hash (HMAC under the fragment's salt; plain SHA-256 in version 1 records) "
+                                "of each served fragment's stored value, in the order of `served`."
     )
     record_version = models.PositiveSmallIntegerField(
         default=2, help_text="The chain record's format (memoryhub.services.receipt_chain.record_of)."

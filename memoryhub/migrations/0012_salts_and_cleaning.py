@@ -58,4 +58,12 @@ class Migration(migrations.Migration):
             name='reader_user',
             field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='receipts', to=settings.AUTH_USER_MODEL),
         ),
+        migrations.AlterField(
+            model_name='receipt',
+            name='served_hashes',
+            field=models.JSONField(default=list, help_text="The keyed hash (HMAC under the fragment's salt; plain SHA-256 in version 1 records) of each served fragment's stored value, in the order of `served`."),
+        ),
+        # Tombstones erased before salts existed keep none.
+        migrations.RunSQL("UPDATE memoryhub_fragment SET value_salt = '' WHERE retired_reason = 'erased'",
+                          migrations.RunSQL.noop),
     ]

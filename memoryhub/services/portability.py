@@ -28,6 +28,7 @@ values until they expire.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from memoryhub.services.members import member_get
 from memoryhub.services.receipt_chain import instant, record_of
 from memoryhub.services.write import Writer
 
+logger = logging.getLogger("memoryhub.portability")
 EXPORT_FORMAT = "memoryhub-memory/1"
 CLEAN_TASK = "memoryhub.tasks.clean_erased_storage"
 _BATCH = 500
@@ -89,7 +91,7 @@ def memory_export_for(*, caller: Caller, username: str) -> Iterator[dict[str, An
     anyone's private memory."""
     access.require_system(caller)
     person = member_get(caller=caller, username=username).user
-    return memory_export(caller=access.caller_for_user(user=person, client_id="manage.py"))
+    return memory_export(caller=access.owner_for_export(caller, user=person))
 
 
 def _fragment_items(caller: Caller, fragments: list[Fragment]) -> Iterator[dict[str, Any]]:
@@ -164,6 +166,13 @@ def memory_erase_named(*, caller: Caller, username: str, rewrite_storage: bool =
     return done
 
 
+# Since when the oldest other session of this database holds a snapshot (None: none does).
+_OLDEST_SNAPSHOT = """
+SELECT min(coalesce(xact_start, query_start)) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
+"""
+_CLEANING_LOCK = 0x6D656D6F72796875  # one cleaning run at a time, deployment-wide
+
 # The indexes that hold words of a fragment's value, its subject or its hash.
 _TEXT_INDEXES = ("fragment_search_vector_gin", "fragment_subject", "fragment_content_hash")
 
@@ -173,20 +182,34 @@ def storage_clean_due(*, rewrite: bool = False) -> int:
     statistics (VACUUM ANALYZE) and rebuild, without blocking reads, the
     indexes that held their words (a GIN index keeps a word as a key after its
     last row is gone); then mark the erasures clean. Idempotent: the beat runs
-    it until no erasure waits. VACUUM cannot remove a row version an older
-    snapshot still sees (a long export, say): the next run does. What VACUUM
+    it until no erasure waits. While a session holds a snapshot older than an
+    erasure (a long export, say) it does nothing: VACUUM could not remove what
+    that snapshot sees, and a concurrent REINDEX would wait for it. What VACUUM
     frees inside a page is reused, not zeroed: `rewrite` rewrites the table
     and every index instead, as a maintenance step. Returns the erasures cleaned."""
-    waiting = list(Erasure.objects.filter(storage_cleaned_at__isnull=True).values_list("pk", flat=True))
+    waiting = dict(Erasure.objects.filter(storage_cleaned_at__isnull=True).values_list("pk", "erased_at"))
     if not waiting and not rewrite:
         return 0
     if connection.in_atomic_block:
         raise RuntimeError("the storage is cleaned outside any transaction (VACUUM cannot run inside one)")
     tables = (Fragment._meta.db_table, Fragment.resources.through._meta.db_table)
     with connection.cursor() as cursor:
-        for table in tables:
-            cursor.execute(f'VACUUM ({"FULL, ANALYZE" if rewrite else "ANALYZE, INDEX_CLEANUP ON"}) "{table}"')
-        if not rewrite:
-            for index in _TEXT_INDEXES:
-                cursor.execute(f'REINDEX INDEX CONCURRENTLY "{index}"')
-    return Erasure.objects.filter(pk__in=waiting).update(storage_cleaned_at=timezone.now())
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_CLEANING_LOCK])
+        if not cursor.fetchone()[0]:
+            return 0  # another run is at it
+        try:
+            # A snapshot older than an erasure still sees its row versions: VACUUM would keep them
+            # and a concurrent REINDEX would wait for it. Come back when it has ended.
+            cursor.execute(_OLDEST_SNAPSHOT)
+            oldest = cursor.fetchone()[0]
+            if oldest is not None and any(oldest <= erased_at for erased_at in waiting.values()):
+                logger.info("an erasure waits for a snapshot older than it (since %s) to end", oldest)
+                return 0
+            for table in tables:
+                cursor.execute(f'VACUUM ({"FULL, ANALYZE" if rewrite else "ANALYZE, INDEX_CLEANUP ON"}) "{table}"')
+            if not rewrite:
+                for index in _TEXT_INDEXES:
+                    cursor.execute(f'REINDEX INDEX CONCURRENTLY "{index}"')
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_CLEANING_LOCK])
+    return Erasure.objects.filter(pk__in=list(waiting)).update(storage_cleaned_at=timezone.now())

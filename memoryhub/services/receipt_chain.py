@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -28,7 +29,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -149,30 +150,46 @@ def entry_check(receipt: Receipt) -> EntryCheck:
     problem = problem or checkpoint_problem
     if problem:
         return EntryCheck(seq, stored, False, f"Chain entry {seq} does not verify: {problem}.", checkpoint)
-    signed = (f" The checkpoint signed at {instant(checkpoint.signed_at)} (entry {checkpoint.seq}) verifies and "
-              "matches the chain." if checkpoint else " No checkpoint has signed it yet.")
+    current = _public_key_or_none() if checkpoint else None
+    checked = current is not None and checkpoint is not None and checkpoint.key_id == key_id(current)
+    signed = (" No checkpoint has signed it yet." if checkpoint is None else
+              f" The checkpoint signed at {instant(checkpoint.signed_at)} (entry {checkpoint.seq}) "
+              + ("verifies and matches the chain." if checked else
+                 f"matches the chain; it was signed with key {checkpoint.key_id}, which the offline verifier "
+                 "checks."))
     return EntryCheck(seq, stored, True, f"Chain entry {seq} verifies against what it records and its neighbours."
                       + signed, checkpoint)
 
 
 def _covering_checkpoint(receipt: Receipt) -> tuple[ReceiptCheckpoint | None, str | None]:
+    """The first checkpoint at or after the receipt and what is wrong with it
+    (None: nothing). Its signature is checked with this deployment's public
+    key when it was signed with that key; one signed with an earlier key is
+    left to the offline verifier, which takes every key published."""
     checkpoint = (ReceiptCheckpoint.objects.filter(tenant_id=receipt.tenant_id, seq__gte=receipt.chain_seq)
                   .order_by("seq").first())
     if checkpoint is None:
         return None, None
-    message = checkpoint_message(str(receipt.tenant_id), checkpoint.seq, checkpoint.head,
-                                 instant(checkpoint.signed_at))
-    try:
-        signing_key().public_key().verify(bytes.fromhex(checkpoint.signature), message)
-    except Conflict:
-        return checkpoint, "its checkpoint cannot be checked: the checkpoint key is missing"
-    except (InvalidSignature, ValueError):
-        return checkpoint, f"the checkpoint of entry {checkpoint.seq} does not verify with this deployment's key"
+    current = _public_key_or_none()
+    if current is not None and checkpoint.key_id == key_id(current):
+        message = checkpoint_message(str(receipt.tenant_id), checkpoint.seq, checkpoint.head,
+                                     instant(checkpoint.signed_at))
+        try:
+            Ed25519PublicKey.from_public_bytes(current).verify(bytes.fromhex(checkpoint.signature), message)
+        except (InvalidSignature, ValueError):
+            return checkpoint, f"the checkpoint of entry {checkpoint.seq} does not verify with this deployment's key"
     signed_entry = Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq=checkpoint.seq).values_list(
         "chain_hash", flat=True).first()
     if signed_entry != checkpoint.head:
         return checkpoint, f"the chain's entry {checkpoint.seq} is not the one its checkpoint signed"
     return checkpoint, None
+
+
+def _public_key_or_none() -> bytes | None:
+    try:
+        return public_key()
+    except Conflict:
+        return None
 
 
 # --------------------------------------------------------------------------- the signing key
@@ -200,16 +217,17 @@ def signing_key() -> Ed25519PrivateKey:
         path.parent.mkdir(parents=True, exist_ok=True)
         pem = Ed25519PrivateKey.generate().private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(pem)
+            handle.flush()
+            os.fsync(handle.fileno())
         try:
             os.link(partial, path)  # fails if another process made it first: theirs is kept
         except FileExistsError:
             pass
         finally:
-            partial.unlink()
+            os.unlink(partial)
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise RuntimeError(f"{path} does not hold an Ed25519 private key")
@@ -304,7 +322,9 @@ def receipts_export(*, caller: Caller, since: dt.datetime | None = None) -> Iter
                                                          .values_list("seq", flat=True).first() or 0) + 1
         yield {"kind": "export", "format": FORMAT, "workspace": str(tenant.pk), "workspace_slug": tenant.slug,
                "exported_at": instant(timezone.now()), "since": instant(since) if since else None,
-               "first_seq": first_seq, "public_key": public_key_text(public_key())}
+               "first_seq": first_seq,
+               # The key to check with, when this deployment still has it (publish it anyway).
+               "public_key": public_key_text(key) if (key := _public_key_or_none()) else None}
         for receipt in receipts.filter(chain_seq__gte=first_seq).iterator(chunk_size=500):
             yield {"kind": "receipt", "seq": receipt.chain_seq, "prev": receipt.chain_prev,
                    "hash": receipt.chain_hash, "record": record_of(receipt)}

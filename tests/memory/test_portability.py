@@ -213,6 +213,7 @@ def test_an_erasure_leaves_nothing_of_the_values_and_the_chain_still_verifies(tm
     done = portability.memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="bruno")
     assert done.fragments == 2 and done.erasure.storage_cleaned_at is None
     # What the task queued after the commit does (and the beat repeats until none waits).
+    _no_older_snapshot()
     assert portability.storage_clean_due() == 1
     assert portability.storage_clean_due() == 0
     assert Erasure.objects.get().storage_cleaned_at is not None
@@ -296,3 +297,35 @@ def test_a_storage_rewrite_leaves_no_byte_of_them_on_disk():
     for path in files:
         raw = path.read_bytes()
         assert MARKER.encode() not in raw and SECOND.encode() not in raw, path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erasure_waits_for_an_older_snapshot_before_it_is_clean():
+    """A session that began before the erasure still sees the old row versions:
+    the cleaning does not call the erasure clean until that session is gone."""
+    from django.db import connections
+
+    people = make_people()
+    _write(people.caller(people.bruno), f"My favourite tea is {MARKER} oolong.")
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("SELECT count(*) FROM memoryhub_fragment")
+        portability.memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="bruno")
+        assert portability.storage_clean_due() == 0
+        assert Erasure.objects.get().storage_cleaned_at is None
+    finally:
+        other.close()
+    _no_older_snapshot()
+    assert portability.storage_clean_due() == 1
+
+
+def test_the_operator_exports_a_person_who_has_left(people, tmp_path):
+    _write(people.caller(people.bruno), f"My favourite tea is {MARKER} oolong.")
+    people.bruno.is_active = False
+    people.bruno.save(update_fields=["is_active"])
+    path = tmp_path / "bruno.jsonl"
+    call_command("memory_export", "acme", "bruno", output=str(path))
+    assert MARKER in path.read_text() and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert not Path(f"{path}.partial").exists()

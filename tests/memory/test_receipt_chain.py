@@ -405,3 +405,26 @@ def test_receipts_from_before_the_chain_join_it_in_the_order_they_were_made(peop
     assert ReceiptChain.objects.get(tenant=people.acme).head == Receipt.objects.get(pk=ids[2]).chain_hash
     result = _verify(_export(people, tmp_path))
     assert result.returncode == 0 and "INTACT: 3 receipts" in result.stdout
+
+
+def test_published_checkpoints_newer_than_an_export_or_before_a_since_export_are_no_break(people, bruno, tmp_path):
+    ids = _searches(bruno, 3)
+    first = receipt_chain.checkpoint_sign(caller=people.system())
+    path = _export(people, tmp_path)
+    _searches(bruno, 2)
+    later = receipt_chain.checkpoint_sign(caller=people.system())
+    published = tmp_path / "published.jsonl"
+    published.write_text("".join(json.dumps(receipt_chain.checkpoint_item(c)) + "\n" for c in (first, later)))
+    key = chain_format.public_key_text(receipt_chain.public_key())
+    run = [sys.executable, "-I", "-S", str(VERIFIER)]
+    result = subprocess.run([*run, str(path), "--public-key", key, "--checkpoints", str(published)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "signed after this export was made" in result.stdout, result.stdout
+    assert "1 checkpoints match" in result.stdout  # the export's own line and the published one are one
+    # A --since export with nothing new yet, beside the published log.
+    since = tmp_path / "since.jsonl"
+    call_command("receipts_export", "acme", output=str(since), since="2999-01-01")
+    result = subprocess.run([*run, str(since), "--public-key", key, "--checkpoints", str(published)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "INTACT: no receipts" in result.stdout, result.stdout
+    assert Receipt.objects.get(pk=ids[0]).chain_seq == 1

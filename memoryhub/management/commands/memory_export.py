@@ -23,7 +23,8 @@ class Command(BaseCommand):
         partial = f"{output}.partial"
         try:
             items = memory_export_for(caller=acting_caller(workspace), username=username)
-            handle = sys.stdout if output == "-" else open(partial, "w", encoding="utf-8")  # noqa: SIM115
+            handle = sys.stdout if output == "-" else os.fdopen(  # noqa: SIM115 - closed below
+                os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8")
             try:
                 count = 0
                 for item in items:
@@ -33,7 +34,7 @@ class Command(BaseCommand):
                 if handle is not sys.stdout:
                     handle.close()
             if output != "-":
-                os.replace(partial, output)
+                os.replace(partial, output)  # mode 0600: it holds a person's memory or a workspace's reads
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         except OSError as exc:

@@ -29,7 +29,8 @@ class Command(BaseCommand):
         try:
             instant = checked_instant(_day_or_instant(since), field="since") if since else None
             items = receipts_export(caller=caller, since=instant)
-            handle = sys.stdout if output == "-" else open(partial, "w", encoding="ascii")  # noqa: SIM115
+            handle = sys.stdout if output == "-" else os.fdopen(  # noqa: SIM115 - closed below
+                os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="ascii")
             try:
                 written = 0
                 for item in items:
@@ -39,7 +40,7 @@ class Command(BaseCommand):
                 if handle is not sys.stdout:
                     handle.close()
             if output != "-":
-                os.replace(partial, output)
+                os.replace(partial, output)  # mode 0600: it holds a person's memory or a workspace's reads
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         except OSError as exc:
