@@ -309,7 +309,10 @@ OAUTH2_PROVIDER = {
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
     "DCR_REGISTRATION_SCOPE": "registration",
     "DCR_REGISTRATION_TOKEN_EXPIRE_SECONDS": 90 * 24 * 3600,
-    "CIMD_ENABLED": True,
+    # Client ID metadata documents: a client names itself by a URL this server
+    # fetches. Off (MEMORYHUB_CLIENT_METADATA_DOCUMENTS=off) for a server with no
+    # outbound internet: it stops advertising them, and clients register instead.
+    "CIMD_ENABLED": envbool("MEMORYHUB_CLIENT_METADATA_DOCUMENTS", "on"),
     "CIMD_METADATA_FETCHER": "memoryhub.oauth.policy.ClientMetadataFetcher",
 }
 

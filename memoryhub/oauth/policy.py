@@ -24,14 +24,16 @@ import base64
 import hashlib
 import hmac
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import oauthlib.oauth2
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
-from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher
+from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher, is_cimd_client_id
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 from oauth2_provider.oauth2_validators import OAuth2Validator as ToolkitValidator
 from oauth2_provider.scopes import SettingsScopes
@@ -313,11 +315,44 @@ def client_metadata_problem(metadata: dict) -> str | None:
 
 
 class ClientMetadataFetcher(SafeMetadataFetcher):
-    """DOT's SSRF-hardened CIMD fetcher, plus our registration policy."""
+    """DOT's SSRF-hardened CIMD fetcher, plus our registration policy. Why a
+    document could not be used is kept for as long as DOT backs off from the
+    URL, so the consent page can tell the person (`metadata_document_failure`)."""
 
     def fetch(self, client_id):
-        metadata, max_age = super().fetch(client_id)
-        return checked_client_metadata(metadata), max_age
+        try:
+            metadata, max_age = super().fetch(client_id)
+            return checked_client_metadata(metadata), max_age
+        except CIMDError as exc:
+            cache.set(_failure_key(client_id), str(exc), max(oauth2_settings.CIMD_FAILURE_BACKOFF_SECONDS, 60))
+            raise
+
+
+def _failure_key(client_id: str) -> str:
+    return "oauth:cimd-failure:" + hashlib.sha256(client_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class MetadataDocumentFailure:
+    url: str
+    why: str
+    accepted: bool  # whether this server accepts client metadata documents at all
+
+
+def metadata_document_failure(client_id: str) -> MetadataDocumentFailure | None:
+    """For a refused authorization request whose client_id is a client ID
+    metadata document URL: which URL, and why it could not be used."""
+    if not is_cimd_client_id(client_id):
+        return None
+    if not oauth2_settings.CIMD_ENABLED:
+        return MetadataDocumentFailure(
+            client_id, "This server does not accept client metadata documents "
+                       "(MEMORYHUB_CLIENT_METADATA_DOCUMENTS is off), so it does not advertise them.", False)
+    why = cache.get(_failure_key(client_id))
+    return MetadataDocumentFailure(
+        client_id, f"This server tried to fetch it and could not use it: {why}." if why else
+        "This server could not fetch it, or it does not meet this server's client policy (public clients, the "
+        "authorization code grant, https or loopback redirect addresses, memory scopes only).", True)
 
 
 def checked_client_metadata(metadata: dict) -> dict:

@@ -35,6 +35,7 @@ from memoryhub.oauth.policy import (
     client_metadata_problem,
     client_registered,
     issuer,
+    metadata_document_failure,
     resource_url,
     with_issuer,
 )
@@ -191,6 +192,9 @@ class AuthorizeView(AuthorizationView):
         return context
 
     def render_to_response(self, context, **response_kwargs):
+        if context.get("error") is not None:
+            # A client that named itself by a metadata document we could not use: say which, why, and what to do.
+            context = {**context, "metadata_failure": metadata_document_failure(self.request.GET.get("client_id", ""))}
         response = super().render_to_response(context, **response_kwargs)
         policy = _consent_csp(context.get("redirect_uri") or "")
         if policy:

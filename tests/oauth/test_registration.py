@@ -165,6 +165,47 @@ def test_a_metadata_document_breaking_our_policy_is_an_unknown_client(people, ci
     assert not Application.objects.filter(client_id=client_id).exists()
 
 
+def _refused(people, client_id: str) -> str:
+    _, challenge = pkce_pair()
+    page = signed_in(people.bruno).get(authorize_url(Application(client_id=client_id), challenge))
+    assert page.status_code == 400
+    return page.content.decode()
+
+
+def test_an_unreachable_metadata_document_is_explained(people):
+    """The real fetcher, on a network where the document's host does not resolve
+    (a server with no outbound internet): the page names the URL, the reason and
+    what the person can do, instead of only "invalid client_id"."""
+    client_id = f"https://{uuid.uuid4().hex}.client.example/meta.json"
+    page = _refused(people, client_id)
+    assert 'id="metadata-failure"' in page and client_id in page
+    assert "could not resolve client_id host" in page
+    assert "register with this server instead" in page and "MEMORYHUB_CLIENT_METADATA_DOCUMENTS=off" in page
+    # Asked again within the back-off, the reason is still the one found.
+    assert "could not resolve client_id host" in _refused(people, client_id)
+
+
+def test_a_metadata_document_breaking_our_policy_says_why(people, cimd):
+    page = _refused(people, cimd(redirect_uris=["http://client.example/callback"]))
+    assert "redirect URIs must be https, or http on a loopback address" in page
+
+
+def test_a_server_can_stop_offering_metadata_documents(people, settings):
+    settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, "CIMD_ENABLED": False}
+    metadata = Client().get("/.well-known/oauth-authorization-server").json()
+    assert metadata["client_id_metadata_document_supported"] is False
+    assert metadata["registration_endpoint"].endswith("/o/register/")
+    page = _refused(people, f"https://{uuid.uuid4().hex}.client.example/meta.json")
+    assert "does not accept client metadata documents" in page
+    assert "MEMORYHUB_CLIENT_METADATA_DOCUMENTS=off</code>: it then" not in page
+    assert "register with this server instead" in page
+
+
+def test_an_ordinary_unknown_client_gets_no_metadata_story(people):
+    page = _refused(people, "no-such-client")
+    assert 'id="metadata-failure"' not in page
+
+
 def test_an_update_meets_the_same_policy(people):
     _, body = register({"redirect_uris": [LOOPBACK]})
     auth = {"HTTP_AUTHORIZATION": f"Bearer {body['registration_access_token']}"}
