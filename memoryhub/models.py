@@ -124,6 +124,10 @@ class Membership(models.Model):
     is_admin = models.BooleanField(default=False)
     roles = models.ManyToManyField(Role, blank=True, related_name="memberships")
     created_at = models.DateTimeField(default=timezone.now)
+    removed_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When an admin removed them: deactivated, no roles; their memory kept, readable by nobody.",
+    )
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant}"

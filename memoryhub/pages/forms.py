@@ -133,3 +133,24 @@ class SettingsForm(forms.Form):
 
 class EraseForm(forms.Form):
     confirm = forms.CharField(label="Type the person's username to confirm", max_length=150, strip=True)
+
+
+class PasswordSetForm(forms.Form):
+    password = forms.CharField(label="Temporary password", strip=False, max_length=256,
+                               widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+
+
+class PasswordChangeForm(forms.Form):
+    old_password = forms.CharField(label="Current password", strip=False, max_length=256,
+                                   widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))
+    new_password = forms.CharField(label="New password", strip=False, max_length=256,
+                                   help_text="At least 10 characters, not a common one.",
+                                   widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+    again = forms.CharField(label="New password again", strip=False, max_length=256,
+                            widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+
+    def clean(self):  # type: ignore[no-untyped-def]
+        data = super().clean()
+        if data.get("new_password") and data.get("again") and data["new_password"] != data["again"]:
+            self.add_error("again", "The two new passwords differ.")
+        return data

@@ -9,6 +9,7 @@ import json
 import uuid
 
 from django.contrib import messages
+from django.contrib.auth import update_session_auth_hash
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -16,8 +17,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from memoryhub import access, errors
 from memoryhub.oauth.policy import PERSON_TOKEN_SECONDS
 from memoryhub.pages.callers import SignedInRequest, login_required, person_caller
-from memoryhub.pages.forms import SearchForm, form_error
-from memoryhub.services import connected_apps, fragments, portability, proposals, receipts
+from memoryhub.pages.forms import PasswordChangeForm, SearchForm, form_error
+from memoryhub.services import connected_apps, fragments, members, portability, proposals, receipts
 from memoryhub.services.search import fragments_search
 
 
@@ -140,6 +141,27 @@ def memory_download(request: SignedInRequest) -> HttpResponse:
     response["Content-Disposition"] = f'attachment; filename="memoryhub-memory-{stamp}.jsonl"'
     response["Cache-Control"] = "no-store"
     return response
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def password_page(request: SignedInRequest) -> HttpResponse:
+    """A person changes their own password; they stay signed in here."""
+    caller = person_caller(request)
+    form = PasswordChangeForm(request.POST or None)
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                user = members.password_change(caller=caller, old_password=form.cleaned_data["old_password"],
+                                               new_password=form.cleaned_data["new_password"])
+            except errors.InvalidArgument as exc:
+                form_error(form, exc)
+            else:
+                update_session_auth_hash(request, user)
+                messages.success(request, "Your password is changed.")
+                return redirect("password_change")
+        return render(request, "account/password.html", {"form": form}, status=400)
+    return render(request, "account/password.html", {"form": form})
 
 
 @require_GET

@@ -12,6 +12,7 @@ people_urls = [
     path("receipts/", people.receipt_list, name="receipt_list"),
     path("receipts/<str:receipt_id>/", people.receipt_detail, name="receipt_detail"),
     path("account/apps/", people.connected_apps_page, name="connected_apps"),
+    path("account/password/", people.password_page, name="password_change"),
     path("account/apps/<int:application_id>/disconnect/", people.disconnect_app, name="disconnect_app"),
 ]
 
@@ -22,6 +23,8 @@ workspace_urls = [
     path("members/add/", workspace.member_add, name="member_add"),
     path("members/<int:user_id>/", workspace.member_update, name="member_update"),
     path("members/<int:user_id>/erase/", workspace.member_erase, name="member_erase"),
+    path("members/<int:user_id>/password/", workspace.member_password, name="member_password"),
+    path("members/<int:user_id>/<slug:action>/", workspace.member_lifecycle, name="member_lifecycle"),
     path("roles/add/", workspace.role_add, name="role_add"),
     path("roles/<int:role_id>/delete/", workspace.role_delete, name="role_delete"),
     path("collections/", workspace.collections_page, name="collections"),

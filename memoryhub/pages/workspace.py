@@ -26,6 +26,7 @@ from memoryhub.pages.forms import (
     MemberAddForm,
     MemberForm,
     NamedForm,
+    PasswordSetForm,
     SettingsForm,
     SourceForm,
     form_error,
@@ -352,6 +353,50 @@ def _ingest_endpoint(request: HttpRequest) -> str:
         return request.build_absolute_uri(reverse("ingest-document-upsert"))
     except NoReverseMatch:
         return ""
+
+
+_LIFECYCLE = {
+    "deactivate": (members.member_deactivate, "{name} is deactivated: signed out, and every app of theirs is "
+                                              "disconnected. Their memory is kept, readable by nobody."),
+    "reactivate": (members.member_reactivate, "{name} can sign in again; their apps must be connected anew."),
+    "remove": (members.member_remove, "{name} was removed: deactivated, no roles. Their memory is kept, readable "
+                                      "by nobody, until you erase it."),
+}
+
+
+@require_POST
+@login_required
+def member_lifecycle(request: SignedInRequest, user_id: int, action: str) -> HttpResponse:
+    """Deactivate, reactivate or remove a member (one service each)."""
+    caller = admin_caller(request)
+    if action not in _LIFECYCLE:
+        raise errors.NotFound("No such action.")
+    operation, done = _LIFECYCLE[action]
+    try:
+        membership = operation(caller=caller, user_id=user_id)
+    except errors.Conflict as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done.format(name=membership.user.username))
+    return redirect("workspace:members")
+
+
+@require_POST
+@login_required
+def member_password(request: SignedInRequest, user_id: int) -> HttpResponse:
+    """An admin sets a temporary password for a member."""
+    caller = admin_caller(request)
+    form = PasswordSetForm(request.POST, prefix=f"p{user_id}")
+    if form.is_valid():
+        try:
+            user = members.member_set_password(caller=caller, user_id=user_id, password=form.cleaned_data["password"])
+        except errors.InvalidArgument as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"{user.username}'s password is set. Tell them to change it after signing in.")
+    else:
+        messages.error(request, "Type a password.")
+    return redirect("workspace:members")
 
 
 @require_http_methods(["GET", "POST"])

@@ -1,4 +1,16 @@
-"""People of a workspace: adding them, their roles and admin flag, passwords.
+"""People of a workspace: adding them, their roles and admin flag, passwords,
+deactivating, reactivating and removing them.
+
+Deactivating ends at once every credential the person holds: their web
+session (Django refuses an inactive user's session on its next request), every
+access token (deleted: the MCP endpoint refuses it on the next request, and
+memoryhub.access.token_holder refuses any token of an inactive person anyway),
+every refresh chain and every code not yet exchanged, with every client.
+Removing also takes their roles and admin flag. A removed or deactivated
+person's private memory is kept, readable by nobody (they cannot sign in and
+admins read nobody's private memory); an admin can erase it
+(memoryhub.services.portability.memory_erase), which leaves tombstones the
+receipts that served them still name.
 
 Login names are unique within a workspace, not across workspaces (see
 memoryhub.models.User), so adding someone never reveals whether the name is
@@ -14,6 +26,8 @@ from django.contrib.auth import password_validation
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, Grant, RefreshToken
 
 from memoryhub import access
 from memoryhub.access import Caller
@@ -113,5 +127,77 @@ def member_set_password(*, caller: Caller, user_id: int, password: str) -> User:
     """An admin sets a member's password (for example a temporary one)."""
     user = member_get(caller=caller, user_id=user_id).user
     user.set_password(_validated_password(password, user))
+    user.save(update_fields=["password"])
+    return user
+
+
+def _credentials_end(user: User) -> None:
+    AccessToken.objects.filter(user=user).delete()
+    RefreshToken.objects.filter(user=user, revoked__isnull=True).update(revoked=timezone.now())
+    Grant.objects.filter(user=user).delete()
+
+
+def _keeps_an_admin(tenant, membership: Membership) -> None:  # type: ignore[no-untyped-def]
+    if not membership.is_admin:
+        return
+    # Locked rows of every admin: two admins deactivating each other must not leave none.
+    admins = list(Membership.objects.select_for_update().filter(
+        tenant=tenant, is_admin=True, user__is_active=True, removed_at__isnull=True))
+    if len([admin for admin in admins if admin.pk != membership.pk]) == 0:
+        raise Conflict("A workspace keeps at least one active admin; make someone else an admin first.",
+                       field="user")
+
+
+@transaction.atomic
+def member_deactivate(*, caller: Caller, user_id: int) -> Membership:
+    """Stop a person from signing in or using any client, at once."""
+    tenant = access.require_admin(caller)
+    membership = Membership.objects.select_for_update().select_related("user").get(
+        pk=member_get(caller=caller, user_id=user_id).pk)
+    if caller.user is not None and membership.user_id == caller.user.pk:
+        raise Conflict("You cannot deactivate yourself; another admin can.", field="user")
+    _keeps_an_admin(tenant, membership)
+    user = membership.user
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+    _credentials_end(user)
+    return membership
+
+
+@transaction.atomic
+def member_reactivate(*, caller: Caller, user_id: int) -> Membership:
+    """Let a deactivated or removed person sign in again. Their clients must be
+    authorised again; a removed person comes back with no roles."""
+    access.require_admin(caller)
+    membership = Membership.objects.select_for_update().select_related("user").get(
+        pk=member_get(caller=caller, user_id=user_id).pk)
+    membership.user.is_active = True
+    membership.user.save(update_fields=["is_active"])
+    if membership.removed_at is not None:
+        membership.removed_at = None
+        membership.save(update_fields=["removed_at"])
+    return membership
+
+
+@transaction.atomic
+def member_remove(*, caller: Caller, user_id: int) -> Membership:
+    """Remove a person from the workspace: deactivated, every credential ended,
+    no roles and no admin flag; their name stays taken and their memory kept
+    (readable by nobody) until an admin erases it."""
+    membership = member_deactivate(caller=caller, user_id=user_id)
+    membership.roles.clear()
+    membership.is_admin = False
+    membership.removed_at = timezone.now()
+    membership.save(update_fields=["is_admin", "removed_at"])
+    return membership
+
+
+@transaction.atomic
+def password_change(*, caller: Caller, old_password: str, new_password: str) -> User:
+    """A person changes their own password, knowing the current one."""
+    user = access.require_person(caller, what="change a password")
+    if not user.check_password(old_password):
+        raise InvalidArgument("That is not your current password.", field="old_password")
+    user.set_password(_validated_password(new_password, user))
     user.save(update_fields=["password"])
     return user

@@ -68,6 +68,8 @@ def console_urls(people, proposal) -> dict[str, tuple[str, str, bool]]:
         "workspace:member_add": (POST, "/workspace/members/add/", False),
         "workspace:member_update": (POST, f"/workspace/members/{people.bruno.pk}/", True),
         "workspace:member_erase": (POST, f"/workspace/members/{people.bruno.pk}/erase/", True),
+        "workspace:member_password": (POST, f"/workspace/members/{people.bruno.pk}/password/", True),
+        "workspace:member_lifecycle": (POST, f"/workspace/members/{people.bruno.pk}/deactivate/", True),
         "workspace:receipt_chain": (GET, "/workspace/receipts/", False),
         "workspace:receipt_checkpoint": (POST, "/workspace/receipts/checkpoint/", False),
         "workspace:role_add": (POST, "/workspace/roles/add/", False),
@@ -95,6 +97,7 @@ def post_body(people, proposal) -> dict:
         "role": "sales", "collection": "accounts", "scopes": ["memory.read"],
         f"m{people.bruno.pk}-is_admin": "on", f"m{people.bruno.pk}-roles": ["leads"],
         "relevance_floor": "0.9", "write_policy": "open", "confirm": "bruno",
+        f"p{people.bruno.pk}-password": "intruder-chosen-passphrase",
     }
 
 
@@ -117,7 +120,7 @@ def acme_state(people) -> tuple:
         sorted(Proposal.objects.filter(tenant=acme).values_list("pk", "state")),
         sorted(Membership.objects.filter(tenant=acme).values_list("user__username", "is_admin")),
         sorted(Membership.objects.filter(tenant=acme).values_list("user__username", "roles__name")),
-        sorted(User.objects.filter(tenant=acme).values_list("username", flat=True)),
+        sorted(User.objects.filter(tenant=acme).values_list("username", "is_active", "password")),
         sorted(Role.objects.filter(tenant=acme).values_list("name", flat=True)),
         sorted(Collection.objects.filter(tenant=acme).values_list("name", flat=True)),
         sorted(AccessRule.objects.filter(tenant=acme).values_list("role__name", "collection__name")),
