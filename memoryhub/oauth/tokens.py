@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
+from django.utils import timezone
 from oauth2_provider.models import AccessToken
 
 from memoryhub import access
@@ -82,7 +84,18 @@ def verified_row(row: AccessToken, *, resource: str) -> VerifiedToken | None:
     scopes = access.scopes_at_mcp(holder, row.scope.split())
     if not scopes or holder.kind == "source":
         return None
+    _mark_used(row)
     return VerifiedToken(
         tenant=str(holder.tenant.pk), subject=holder.subject, kind=holder.kind, scopes=scopes,
         client_id=row.application.client_id, resource=resource,
     )
+
+
+# A person's connected apps page shows when an app last used its access, to the minute.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _mark_used(row: AccessToken) -> None:
+    now = timezone.now()
+    if row.updated is None or now - row.updated >= LAST_USED_RESOLUTION:
+        AccessToken.objects.filter(pk=row.pk).update(updated=now)

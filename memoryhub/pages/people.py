@@ -174,6 +174,18 @@ def connected_apps_page(request: SignedInRequest) -> HttpResponse:
 
 @require_POST
 @login_required
+def disconnect_all_apps(request: SignedInRequest) -> HttpResponse:
+    ended = connected_apps.connected_apps_disconnect_all(caller=person_caller(request))
+    messages.success(
+        request,
+        f"Disconnected {ended} app{'s' if ended != 1 else ''}. None can renew its access; an access token one already "
+        f"holds keeps working until it expires, at most {PERSON_TOKEN_SECONDS // 60} minutes.",
+    )
+    return redirect("connected_apps")
+
+
+@require_POST
+@login_required
 def disconnect_app(request: SignedInRequest, application_id: int) -> HttpResponse:
     if connected_apps.connected_app_disconnect(caller=person_caller(request), application_id=application_id):
         messages.success(

@@ -14,6 +14,7 @@ people_urls = [
     path("account/apps/", people.connected_apps_page, name="connected_apps"),
     path("account/password/", people.password_page, name="password_change"),
     path("account/apps/<int:application_id>/disconnect/", people.disconnect_app, name="disconnect_app"),
+    path("account/apps/disconnect-all/", people.disconnect_all_apps, name="disconnect_all_apps"),
 ]
 
 # Workspace administration (admins of the workspace only).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 from django.test import Client
 
@@ -9,7 +11,7 @@ from memoryhub.errors import PermissionDenied
 from memoryhub.oauth.tokens import token_verified
 from memoryhub.services.connected_apps import connected_app_disconnect, connected_apps_list
 from tests.conftest import signed_in
-from tests.oauth.conftest import TEST_ORIGIN, authorization_code, exchange_code, refresh
+from tests.oauth.conftest import REDIRECT_URI, TEST_ORIGIN, authorization_code, exchange_code, refresh
 
 
 def connect(user, application) -> dict:
@@ -98,3 +100,54 @@ def test_connected_apps_are_a_persons_only(people, mcp_client, who):
     with pytest.raises(PermissionDenied):
         connected_app_disconnect(caller=caller, application_id=mcp_client.pk)
     assert [app.connected for app in connected_apps_list(caller=people.caller(people.bruno))] == [True]
+
+
+def test_it_shows_when_and_where_each_app_was_connected_and_last_used(people, mcp_client):
+    import datetime as dt
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken
+
+    tokens = connect(people.bruno, mcp_client)
+    app = connected_apps_list(caller=people.caller(people.bruno))[0]
+    assert app.connected_on is not None and app.last_used is not None
+    assert app.redirect_hosts == [urlsplit(REDIRECT_URI).netloc]
+    page = signed_in(people.bruno).get("/account/apps/").content.decode()
+    assert "Connected " in page and "last used " in page and f"returns to <strong>{app.redirect_hosts[0]}" in page
+    # Using the token at /mcp moves "last used" forward (to the minute).
+    long_ago = timezone.now() - dt.timedelta(hours=2)
+    AccessToken.objects.filter(user=people.bruno).update(updated=long_ago)
+    assert connected_apps_list(caller=people.caller(people.bruno))[0].last_used == long_ago
+    assert token_verified(tokens["access_token"], resource=f"{TEST_ORIGIN}/mcp") is not None
+    assert connected_apps_list(caller=people.caller(people.bruno))[0].last_used > long_ago
+
+
+def test_its_scopes_outlive_the_access_token_while_it_can_refresh(people, mcp_client):
+    import datetime as dt
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken
+
+    connect(people.bruno, mcp_client)
+    AccessToken.objects.filter(user=people.bruno).update(expires=timezone.now() - dt.timedelta(minutes=1))
+    app = connected_apps_list(caller=people.caller(people.bruno))[0]
+    assert app.connected and app.scopes == ["memory.read", "memory.write"]
+    assert "Can: memory.read, memory.write" in signed_in(people.bruno).get("/account/apps/").content.decode()
+
+
+def test_disconnect_all(people, mcp_client):
+    from oauth2_provider.models import Application
+
+    other = Application.objects.create(
+        name="Second app", client_type=Application.CLIENT_PUBLIC, client_secret="", hash_client_secret=False,
+        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris=mcp_client.redirect_uris)
+    first, second = connect(people.bruno, mcp_client), connect(people.bruno, other)
+    connect(people.ada, mcp_client)
+    page = signed_in(people.bruno).get("/account/apps/").content.decode()
+    assert 'id="disconnect-all"' in page
+    response = signed_in(people.bruno).post("/account/apps/disconnect-all/", follow=True)
+    assert "Disconnected 2 apps." in response.content.decode()
+    assert refresh(mcp_client, first["refresh_token"])["error"] == "invalid_grant"
+    assert refresh(other, second["refresh_token"])["error"] == "invalid_grant"
+    assert all(app.connected for app in connected_apps_list(caller=people.caller(people.ada)))
+    assert Client().post("/account/apps/disconnect-all/").status_code == 302  # sign in first
