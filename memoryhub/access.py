@@ -352,13 +352,18 @@ def exchangeable_scopes(held: CollectionOf[str], asked: CollectionOf[str], *, re
 def ingesting_source(*, application: Application | None, user: User | None,
                      granted: CollectionOf[str]) -> Source | None:
     """The connected source a token stands for when it may feed the ingestion
-    API now: a live source whose admin grants `ingest`, with a token carrying it."""
+    API now: a live source whose admin grants `ingest`, with a token carrying it.
+    A disabled source is refused with a reason (PermissionDenied)."""
     holder = token_holder(application=application, user=user)
     if holder is None or holder.kind != "source" or INGEST_SCOPE not in holder.scopes:
         return None
     if INGEST_SCOPE not in granted:
         return None
-    return getattr(holder.agent, "source", None)
+    source = getattr(holder.agent, "source", None)
+    if source is not None and source.disabled_at is not None:
+        raise PermissionDenied("This source is disabled by an admin of its workspace; nothing it sends is taken "
+                               "until it is enabled again.")
+    return source
 
 
 def require_document_of(source: Source, resource: Resource | None) -> None:

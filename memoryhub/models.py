@@ -192,6 +192,11 @@ class Source(models.Model):
         Collection, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    disabled_at = models.DateTimeField(
+        null=True, blank=True, help_text="While set, the ingestion API refuses it; its memory stays."
+    )
+    last_error = models.CharField(max_length=500, blank=True, help_text="The last request the ingestion API refused.")
+    last_error_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.agent.name

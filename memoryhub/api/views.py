@@ -22,9 +22,9 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from memoryhub.access import INGEST_SCOPE
 from memoryhub.api import errors
-from memoryhub.api.authentication import IngestTokenAuthentication, InsufficientScope
+from memoryhub.api.authentication import IngestTokenAuthentication, InsufficientScope, SourcePrincipal
 from memoryhub.errors import InvalidArgument, MemoryhubError
-from memoryhub.services import ingest
+from memoryhub.services import ingest, sources
 
 # Any document within the field limits fits, its text sent as UTF-8 (or with
 # \u escapes for the BMP); larger bodies are refused before parsing.
@@ -55,6 +55,17 @@ class BoundedJSONParser(JSONParser):
 
 
 def ingest_exception_handler(exc: Exception, context: dict) -> Response | None:
+    response = _error_response(exc, context)
+    request = context.get("request")
+    principal = getattr(request, "_user", None) if request is not None else None
+    if response is not None and 400 <= response.status_code < 500 and isinstance(principal, SourcePrincipal):
+        # The source's health line shows what was refused last (memoryhub.services.sources).
+        sources.source_error_record(source=principal.source, message=(response.data.get("error") or {}).get(
+            "message", "") if isinstance(response.data, dict) else "")
+    return response
+
+
+def _error_response(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, MemoryhubError):
         return errors.exception_handler(exc, context)
     response = drf_exception_handler(exc, context)

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from memoryhub import errors
 from memoryhub.access import Caller
+from memoryhub.models import Source
 from memoryhub.oauth.policy import AGENT_TOKEN_SECONDS, MCP_PATH, MCP_READONLY_PATH, resource_url
 from memoryhub.pages.callers import SignedInRequest, admin_caller, login_required
 from memoryhub.pages.forms import (
@@ -313,7 +314,7 @@ def agent_revoke(request: SignedInRequest, name: str) -> HttpResponse:
 def _render_sources(request: SignedInRequest, caller: Caller, *, form: SourceForm | None = None,
                     status: int = 200) -> HttpResponse:
     return render(request, "workspace/sources.html", {
-        "workspace": caller.tenant, "sources": sources.sources_list(caller=caller),
+        "workspace": caller.tenant, "sources": sources.sources_health(caller=caller),
         "form": form or SourceForm(collections=_collection_names(caller)),
     }, status=status)
 
@@ -339,13 +340,48 @@ def source_add(request: SignedInRequest) -> HttpResponse:
         except errors.MemoryhubError as exc:
             form_error(form, exc)
         else:
-            return _no_store(render(request, "workspace/source_credentials.html", {
-                "workspace": caller.tenant, "source": source, "credentials": credentials,
-                "token_endpoint": request.build_absolute_uri(reverse("oauth2_provider:token")),
-                "ingest_endpoint": _ingest_endpoint(request),
-                "token_minutes": AGENT_TOKEN_SECONDS // 60,
-            }))
+            return _render_source_credentials(request, caller, source, credentials)
     return _render_sources(request, caller, form=form, status=400)
+
+
+def _render_source_credentials(request: SignedInRequest, caller: Caller, source: Source,
+                               credentials: AgentCredentials, *, rotated: bool = False) -> HttpResponse:
+    return _no_store(render(request, "workspace/source_credentials.html", {
+        "workspace": caller.tenant, "source": source, "credentials": credentials, "rotated": rotated,
+        "token_endpoint": request.build_absolute_uri(reverse("oauth2_provider:token")),
+        "ingest_endpoint": _ingest_endpoint(request),
+        "token_minutes": AGENT_TOKEN_SECONDS // 60,
+    }))
+
+
+@require_POST
+@login_required
+@never_cache
+def source_rotate(request: SignedInRequest, name: str) -> HttpResponse:
+    caller = admin_caller(request)
+    credentials = sources.source_rotate_secret(caller=caller, name=name)
+    return _render_source_credentials(request, caller, credentials.agent.source, credentials, rotated=True)
+
+
+@require_POST
+@login_required
+def source_state(request: SignedInRequest, name: str, state: str) -> HttpResponse:
+    """Disable or enable a source (one service)."""
+    if state not in ("disable", "enable"):
+        raise errors.NotFound("No such action.")
+    source = sources.source_set_enabled(caller=admin_caller(request), name=name, enabled=state == "enable")
+    messages.success(request, f"{source.agent.name} is {'enabled' if state == 'enable' else 'disabled'}." + (
+        "" if state == "enable" else " The ingestion API refuses it from its next request; its memory stays."))
+    return redirect("workspace:sources")
+
+
+@require_POST
+@login_required
+def source_revoke(request: SignedInRequest, name: str) -> HttpResponse:
+    source = sources.source_revoke(caller=admin_caller(request), name=name)
+    messages.success(request, f"{source.agent.name} is revoked for good: its credentials and tokens no longer work. "
+                              "What it contributed stays, governed by the access rules.")
+    return redirect("workspace:sources")
 
 
 def _ingest_endpoint(request: HttpRequest) -> str:

@@ -1,16 +1,25 @@
 """Connected sources (decision 6): an agent of kind `source` whose client may
 only ingest, feeding shared fragments into collections. Registered by a
-workspace admin; its credentials are shown once."""
+workspace admin; its credentials are shown once. An admin rotates its secret,
+disables and enables it (a disabled source is refused by the ingestion API,
+its memory stays), or revokes it for good; each has a health line: its last
+change, documents, fragments, fragments waiting for their embedding, and the
+last request the ingestion API refused."""
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Max, Q, QuerySet
+from django.utils import timezone
 
 from memoryhub import access
 from memoryhub.access import INGEST_SCOPE, Caller
 from memoryhub.errors import Conflict, NotFound, PermissionDenied
-from memoryhub.models import Agent, Source
+from memoryhub.models import Agent, Fragment, Resource, Source
 from memoryhub.services.agents import (
     DISPLAY_NAME_MAX_CHARS,
     AgentCredentials,
@@ -75,3 +84,63 @@ def source_revoke(*, caller: Caller, name: str) -> Source:
     source = source_get(caller=caller, name=name)
     credentials_end(source.agent)
     return source
+
+
+@transaction.atomic
+def source_set_enabled(*, caller: Caller, name: str, enabled: bool) -> Source:
+    """Disable a source (the ingestion API refuses it from its next request;
+    what it contributed stays, governed by the access rules) or enable it again
+    (same credentials)."""
+    source = source_get(caller=caller, name=name)
+    source.disabled_at = None if enabled else (source.disabled_at or timezone.now())
+    source.save(update_fields=["disabled_at"])
+    return source
+
+
+LAST_ERROR_MAX_CHARS = 500
+
+
+def source_error_record(*, source: Source, message: str) -> None:
+    """What the ingestion API refused of this source last, for its health line."""
+    Source.objects.filter(pk=source.pk).update(last_error=message[:LAST_ERROR_MAX_CHARS],
+                                               last_error_at=timezone.now())
+
+
+@dataclass(frozen=True)
+class SourceHealth:
+    source: Source
+    last_change: dt.datetime | None
+    documents: int
+    deleted_documents: int
+    fragments: int
+    pending_embedding: int
+
+    @property
+    def state(self) -> str:
+        if self.source.agent.revoked_at is not None:
+            return "revoked"
+        return "disabled" if self.source.disabled_at is not None else "active"
+
+
+def sources_health(*, caller: Caller) -> list[SourceHealth]:
+    """Every connected source of the caller's workspace with its health line
+    (two grouped queries, whatever the number of sources)."""
+    sources = list(sources_list(caller=caller))
+    documents: dict[int, Any] = {
+        row["source"]: row for row in Resource.objects.filter(source__in=sources).values("source").annotate(
+            live=Count("pk", filter=Q(deleted_at__isnull=True)),
+            deleted=Count("pk", filter=Q(deleted_at__isnull=False)), last=Max("updated_at"))}
+    fragments: dict[int, Any] = {
+        row["source"]: row for row in Fragment.objects.filter(source__in=sources, retired_at__isnull=True)
+        .values("source").annotate(live=Count("pk"), pending=Count("pk", filter=Q(embedding__isnull=True)))}
+    empty: dict = {}
+    return [
+        SourceHealth(
+            source=source, last_change=documents.get(source.pk, empty).get("last"),
+            documents=documents.get(source.pk, empty).get("live", 0),
+            deleted_documents=documents.get(source.pk, empty).get("deleted", 0),
+            fragments=fragments.get(source.pk, empty).get("live", 0),
+            pending_embedding=fragments.get(source.pk, empty).get("pending", 0),
+        )
+        for source in sources
+    ]

@@ -10,6 +10,7 @@ from memoryhub.errors import NotFound, PermissionDenied
 from memoryhub.models import Fragment
 from memoryhub.services import sources
 from memoryhub.services.ingest import fragment_ingest
+from tests.conftest import signed_in
 from tests.ingest.conftest import client_credentials_token, doc
 
 
@@ -40,3 +41,55 @@ def test_a_revoked_source_keeps_what_it_contributed(live_people, asgi_server, wi
     assert Fragment.objects.filter(pk=fragment.pk, retired_at__isnull=True).exists()
     with pytest.raises(PermissionDenied, match="revoked"):
         sources.source_get(caller=live_people.caller(live_people.ada), name="wiki")
+
+
+def test_a_disabled_source_is_refused_with_a_reason_and_enabled_again(live_people, asgi_server, wiki_api):
+    fragment, _ = fragment_ingest(source=live_people.wiki, value="Contributed before the source was disabled.")
+    ada = live_people.caller(live_people.ada)
+    sources.source_set_enabled(caller=ada, name="wiki", enabled=False)
+    refused = wiki_api.upsert(doc())
+    assert refused.status_code == 403 and "disabled by an admin" in refused.json()["error"]["message"]
+    assert Fragment.objects.filter(pk=fragment.pk, retired_at__isnull=True).exists()
+    sources.source_set_enabled(caller=ada, name="wiki", enabled=True)
+    assert wiki_api.upsert(doc()).status_code == 201  # the same token works again
+    with pytest.raises(PermissionDenied):
+        sources.source_set_enabled(caller=live_people.caller(live_people.bruno), name="wiki", enabled=False)
+
+
+def test_the_health_line_shows_contributions_waiting_work_and_the_last_refusal(live_people, asgi_server, wiki_api):
+    assert wiki_api.upsert(doc()).status_code == 201
+    assert wiki_api.upsert(doc("handbook/other.md")).status_code == 201
+    assert wiki_api.delete("handbook/other.md").status_code == 200
+    bad = wiki_api.upsert({**doc("handbook/bad.md"), "created_at": "yesterday"})
+    assert bad.status_code == 400
+    health = {h.source.agent.name: h for h in sources.sources_health(caller=live_people.caller(live_people.ada))}
+    wiki = health["wiki"]
+    assert (wiki.state, wiki.documents, wiki.deleted_documents, wiki.fragments) == ("active", 1, 1, 1)
+    assert wiki.pending_embedding == 1 and wiki.last_change is not None  # no worker runs here
+    wiki.source.refresh_from_db()
+    assert "created_at" in wiki.source.last_error and wiki.source.last_error_at is not None
+    page = signed_in(live_people.ada).get("/workspace/sources/").content.decode()
+    assert "1 document (1 deleted) · 1 fragment · <strong>1 waiting for their embedding</strong>" in page
+    assert "created_at" in page and "Last refused" in page
+    assert health["tickets"].documents == 0 and health["tickets"].last_change is None
+
+
+def test_the_sources_page_buttons_and_the_command(people, capsys):
+    import json
+
+    from django.core.management import call_command
+
+    admin = signed_in(people.ada)
+    rotated = admin.post("/workspace/sources/wiki/rotate/")
+    assert rotated.status_code == 200 and "New secret for wiki" in rotated.content.decode()
+    assert "no-store" in rotated["Cache-Control"]
+    assert "is disabled" in admin.post("/workspace/sources/wiki/disable/", follow=True).content.decode()
+    call_command("source", "acme", "wiki", "status", json=True)
+    assert json.loads(capsys.readouterr().out)["state"] == "disabled"
+    call_command("source", "acme", "wiki", "enable", json=True)
+    assert json.loads(capsys.readouterr().out)["state"] == "active"
+    assert admin.post("/workspace/sources/wiki/explode/").status_code == 404
+    assert signed_in(people.bruno).post("/workspace/sources/wiki/disable/").status_code == 403
+    assert "revoked for good" in admin.post("/workspace/sources/wiki/revoke/", follow=True).content.decode()
+    call_command("source", "acme", "wiki", "status", json=True)
+    assert json.loads(capsys.readouterr().out)["state"] == "revoked"

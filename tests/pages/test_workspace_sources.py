@@ -13,7 +13,8 @@ from tests.conftest import signed_in
 def _listed(client) -> list[tuple[str, str]]:
     response = client.get("/workspace/sources/")
     assert response.status_code == 200
-    return sorted((source.agent.name, source.default_collection.name) for source in response.context["sources"])
+    return sorted((health.source.agent.name, health.source.default_collection.name)
+                  for health in response.context["sources"])
 
 
 def test_it_lists_the_sources_of_my_workspace(people):

@@ -85,6 +85,9 @@ def console_urls(people, proposal) -> dict[str, tuple[str, str, bool]]:
         "workspace:agent_revoke": (POST, "/workspace/agents/triage-bot/revoke/", True),
         "workspace:sources": (GET, "/workspace/sources/", False),
         "workspace:source_add": (POST, "/workspace/sources/add/", False),
+        "workspace:source_rotate": (POST, "/workspace/sources/wiki/rotate/", True),
+        "workspace:source_state": (POST, "/workspace/sources/wiki/disable/", True),
+        "workspace:source_revoke": (POST, "/workspace/sources/wiki/revoke/", True),
         "workspace:settings": (GET, "/workspace/settings/", False),
     }
 
@@ -124,7 +127,8 @@ def acme_state(people) -> tuple:
         sorted(Role.objects.filter(tenant=acme).values_list("name", flat=True)),
         sorted(Collection.objects.filter(tenant=acme).values_list("name", flat=True)),
         sorted(AccessRule.objects.filter(tenant=acme).values_list("role__name", "collection__name")),
-        sorted(Source.objects.filter(tenant=acme).values_list("agent__name", flat=True)),
+        sorted(Source.objects.filter(tenant=acme).values_list("agent__name", "disabled_at",
+                                                              "agent__application__client_secret")),
         sorted(Agent.objects.filter(tenant=acme).values_list("name", "revoked_at")),
         Agent.objects.get(pk=people.triage_bot.agent.pk).application.client_secret,
         (acme.judgment_plane, acme.relevance_floor, acme.write_policy),
