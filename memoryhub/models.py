@@ -170,8 +170,12 @@ class Agent(models.Model):
 
 class Collection(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="collections")
-    name = models.SlugField(max_length=64)
+    name = models.SlugField(max_length=80)
     description = models.CharField(max_length=200, blank=True)
+    deleted_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Deleted with retired fragments still in it: hidden, no rules, its name freed (renamed).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="collection_unique_name")]

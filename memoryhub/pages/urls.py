@@ -30,6 +30,7 @@ workspace_urls = [
     path("roles/<int:role_id>/delete/", workspace.role_delete, name="role_delete"),
     path("collections/", workspace.collections_page, name="collections"),
     path("collections/add/", workspace.collection_add, name="collection_add"),
+    path("collections/<int:collection_id>/<slug:action>/", workspace.collection_change, name="collection_change"),
     path("access/", workspace.access_page, name="access"),
     path("access/grant/", workspace.access_grant, name="access_grant"),
     path("access/<int:rule_id>/revoke/", workspace.access_revoke, name="access_revoke"),

@@ -185,6 +185,31 @@ def collection_add(request: SignedInRequest) -> HttpResponse:
     return _render_collections(request, caller, form=form, status=400)
 
 
+@require_POST
+@login_required
+def collection_change(request: SignedInRequest, collection_id: int, action: str) -> HttpResponse:
+    """Rename a collection, retire its live fragments (typing its name), or delete it (one service each)."""
+    caller = admin_caller(request)
+    try:
+        if action == "rename":
+            renamed = collections.collection_rename(caller=caller, collection_id=collection_id,
+                                                    name=request.POST.get("name", "")[:200])
+            messages.success(request, f"Renamed to {renamed.name}. Connectors must send the new name.")
+        elif action == "retire":
+            retired = collections.collection_retire_fragments(caller=caller, collection_id=collection_id,
+                                                              confirm=request.POST.get("confirm", "")[:200])
+            messages.success(request, f"Retired {retired} fragment{'s' if retired != 1 else ''}: reads of now no "
+                                      "longer see them; reads of the past still do.")
+        elif action == "delete":
+            name = collections.collection_delete(caller=caller, collection_id=collection_id)
+            messages.success(request, f"Collection {name} deleted with its access rules.")
+        else:
+            raise errors.NotFound("No such action.")
+    except (errors.InvalidArgument, errors.Conflict) as exc:
+        messages.error(request, exc.message)
+    return redirect("workspace:collections")
+
+
 # --------------------------------------------------------------------------- access rules and checks
 
 

@@ -1,32 +1,43 @@
 """Collections of shared memory, and the admin's two checks: who can read a
 collection, and what a person can read. Neither restates the rules: both ask
-memoryhub.access (`may_read_collection`) about each reader."""
+memoryhub.access (`may_read_collection`) about each reader.
+
+An admin renames a collection, retires every live fragment in it (an explicit
+step: reads of the past still see them), and deletes it once nothing live is
+left: its access rules go, sources stop defaulting to it; one that never held
+a fragment goes entirely, one that did stays hidden (its retired fragments
+keep their home, readable by nobody) and frees its name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 from django.utils.text import slugify
 
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
-from memoryhub.models import AccessRule, Agent, Collection, Membership
+from memoryhub.models import AccessRule, Agent, Collection, Fragment, Membership, Source
 
 COLLECTION_NAME_MAX_CHARS = 64
 DESCRIPTION_MAX_CHARS = 200
 
 
 def collections_list(*, caller: Caller) -> QuerySet[Collection]:
+    """The workspace's collections with their rules and fragment counts (`live`, `retired`)."""
     tenant = access.require_admin(caller)
-    return Collection.objects.filter(tenant=tenant).prefetch_related("access_rules__role").order_by("name")
+    return (Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).prefetch_related("access_rules__role")
+            .annotate(live=Count("fragments", filter=Q(fragments__retired_at__isnull=True)),
+                      retired=Count("fragments", filter=Q(fragments__retired_at__isnull=False)))
+            .order_by("name"))
 
 
 def collection_get(*, caller: Caller, collection_id: int | None = None, name: str | None = None) -> Collection:
     tenant = access.require_admin(caller)
-    collections = Collection.objects.filter(tenant=tenant)
+    collections = Collection.objects.filter(tenant=tenant, deleted_at__isnull=True)
     collection = (collections.filter(pk=collection_id) if collection_id is not None
                   else collections.filter(name=name or "")).first()
     if collection is None:
@@ -37,15 +48,66 @@ def collection_get(*, caller: Caller, collection_id: int | None = None, name: st
 @transaction.atomic
 def collection_create(*, caller: Caller, name: str, description: str = "", exist_ok: bool = False) -> Collection:
     tenant = access.require_admin(caller)
-    slug = slugify(name)[:COLLECTION_NAME_MAX_CHARS]
-    if not slug:
-        raise InvalidArgument("A collection needs a name of letters, digits or hyphens.", field="name")
+    slug = _slug(name)
     existing = Collection.objects.filter(tenant=tenant, name=slug).first()
     if existing is not None:
         if exist_ok:
             return existing
         raise Conflict(f"A collection named {slug!r} already exists.", field="name")
     return Collection.objects.create(tenant=tenant, name=slug, description=description[:DESCRIPTION_MAX_CHARS])
+
+
+def _slug(name: str) -> str:
+    slug = slugify(name)[:COLLECTION_NAME_MAX_CHARS]
+    if not slug:
+        raise InvalidArgument("A collection needs a name of letters, digits or hyphens.", field="name")
+    return slug
+
+
+@transaction.atomic
+def collection_rename(*, caller: Caller, collection_id: int, name: str) -> Collection:
+    """A new name; connectors that send the old name are refused until they use it."""
+    tenant = access.require_admin(caller)
+    collection = Collection.objects.select_for_update().get(pk=collection_get(caller=caller,
+                                                                              collection_id=collection_id).pk)
+    slug = _slug(name)
+    if slug != collection.name and Collection.objects.filter(tenant=tenant, name=slug).exists():
+        raise Conflict(f"A collection named {slug!r} already exists.", field="name")
+    collection.name = slug
+    collection.save(update_fields=["name"])
+    return collection
+
+
+@transaction.atomic
+def collection_retire_fragments(*, caller: Caller, collection_id: int, confirm: str) -> int:
+    """Retire every live fragment of the collection now (the admin types its
+    name). Reads of the past still see them; nobody's read of now does."""
+    collection = collection_get(caller=caller, collection_id=collection_id)
+    if confirm != collection.name:
+        raise InvalidArgument(f"Type {collection.name} exactly to retire its fragments.", field="confirm")
+    return Fragment.objects.filter(collection=collection, retired_at__isnull=True).update(
+        retired_at=timezone.now(), retired_reason=Fragment.Retired.FORGOTTEN)
+
+
+@transaction.atomic
+def collection_delete(*, caller: Caller, collection_id: int) -> str:
+    """Delete a collection with nothing live in it; returns its name."""
+    collection = Collection.objects.select_for_update().get(
+        pk=collection_get(caller=caller, collection_id=collection_id).pk)
+    live = Fragment.objects.filter(collection=collection, retired_at__isnull=True).count()
+    if live:
+        raise Conflict(f"{collection.name} still holds {live} live fragment{'s' if live != 1 else ''}: retire them "
+                       "first.", field="collection")
+    name = collection.name
+    AccessRule.objects.filter(collection=collection).delete()
+    Source.objects.filter(default_collection=collection).update(default_collection=None)
+    if not Fragment.objects.filter(collection=collection).exists():
+        collection.delete()
+    else:
+        collection.deleted_at = timezone.now()
+        collection.name = f"{name}--deleted-{collection.pk}"
+        collection.save(update_fields=["deleted_at", "name"])
+    return name
 
 
 @dataclass(frozen=True)
@@ -84,7 +146,7 @@ def member_readable_collections(*, caller: Caller, user_id: int) -> list[Collect
         return []  # deactivated: reads nothing
     audience = access.role_audience(person)
     return [
-        collection for collection in Collection.objects.filter(tenant=tenant).order_by("name")
+        collection for collection in Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).order_by("name")
         if access.may_read_collection(person, collection, audience=audience)
     ]
 

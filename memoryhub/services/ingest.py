@@ -367,7 +367,7 @@ def _collection_for(source: Source, name: str | None) -> Collection:
                 "collection is required: this source has no default collection.", field="collection"
             )
         return Collection.objects.get(pk=source.default_collection_id)
-    collection = Collection.objects.filter(tenant_id=source.tenant_id, name=name).first()
+    collection = Collection.objects.filter(tenant_id=source.tenant_id, name=name, deleted_at__isnull=True).first()
     if collection is None:
         raise InvalidArgument(f"No collection named {name!r} in this workspace.", field="collection")
     return collection

@@ -60,7 +60,7 @@ def workspace_overview(*, caller: Caller) -> Overview:
         workspace=tenant,
         members=Membership.objects.filter(tenant=tenant, user__tenant=tenant).count(),
         roles=Role.objects.filter(tenant=tenant).count(),
-        collections=Collection.objects.filter(tenant=tenant).count(),
+        collections=Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).count(),
         rules=AccessRule.objects.filter(tenant=tenant).count(),
         sources=Source.objects.filter(tenant=tenant).count(),
         agents=Agent.objects.filter(tenant=tenant, kind=Agent.Kind.ASSISTANT, revoked_at__isnull=True).count(),

@@ -56,6 +56,7 @@ def console_urls(people, proposal) -> dict[str, tuple[str, str, bool]]:
     """name -> (method, path, names an object of acme)."""
     role = Role.objects.get(tenant=people.acme, name="sales")
     rule = AccessRule.objects.filter(tenant=people.acme).first()
+    collection = Collection.objects.get(tenant=people.acme, name="accounts")
     return {
         "reviews:queue": (GET, "/reviews/", False),
         "reviews:history": (GET, "/reviews/history/", False),
@@ -76,6 +77,7 @@ def console_urls(people, proposal) -> dict[str, tuple[str, str, bool]]:
         "workspace:role_delete": (POST, f"/workspace/roles/{role.pk}/delete/", True),
         "workspace:collections": (GET, "/workspace/collections/", False),
         "workspace:collection_add": (POST, "/workspace/collections/add/", False),
+        "workspace:collection_change": (POST, f"/workspace/collections/{collection.pk}/delete/", True),
         "workspace:access": (GET, "/workspace/access/", False),
         "workspace:access_grant": (POST, "/workspace/access/grant/", False),
         "workspace:access_revoke": (POST, f"/workspace/access/{rule.pk}/revoke/", True),
