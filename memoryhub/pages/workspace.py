@@ -222,6 +222,7 @@ def _render_access(request: SignedInRequest, caller: Caller, *, form: AccessRule
                    status: int = 200) -> HttpResponse:
     context: dict = {
         "workspace": caller.tenant, "rules": access_rules.access_rules_list(caller=caller),
+        "grid": access_rules.access_rules_grid(caller=caller),
         "form": form or AccessRuleForm(roles=_role_names(caller), collections=_collection_names(caller)),
         "collections": collections.collections_list(caller=caller), "members": members.members_list(caller=caller),
     }

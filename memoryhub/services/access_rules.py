@@ -4,13 +4,15 @@ through MCP (decision 4). A change applies from the next read on."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db import transaction
 from django.db.models import QuerySet
 
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, NotFound
-from memoryhub.models import AccessRule
+from memoryhub.models import AccessRule, Collection, Role
 from memoryhub.services.collections import collection_get
 from memoryhub.services.roles import roles_named
 
@@ -46,3 +48,21 @@ def access_rule_revoke(*, caller: Caller, rule_id: int) -> AccessRule:
         raise NotFound("No such access rule in this workspace.")
     rule.delete()
     return rule
+
+
+@dataclass(frozen=True)
+class RuleGrid:
+    """Every role × every collection, a rule or none in each cell."""
+
+    collections: list[Collection]
+    rows: list[tuple[Role, list[AccessRule | None]]]
+
+
+def access_rules_grid(*, caller: Caller) -> RuleGrid:
+    tenant = access.require_admin(caller)
+    collections = list(Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).order_by("name"))
+    roles = list(Role.objects.filter(tenant=tenant).order_by("name"))
+    rules = {(rule.role_id, rule.collection_id): rule for rule in AccessRule.objects.filter(tenant=tenant)}
+    return RuleGrid(collections=collections, rows=[
+        (role, [rules.get((role.pk, collection.pk)) for collection in collections]) for role in roles
+    ])

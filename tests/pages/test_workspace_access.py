@@ -85,3 +85,17 @@ def test_it_validates_ownership(people):
     assert AccessRule.objects.filter(pk=rule.pk).exists()
     assert not AccessRule.objects.filter(role=role, collection=accounts).exists()
     assert not AccessRule.objects.filter(tenant=people.globex, collection__name="accounts").exists()
+
+
+def test_the_grid_shows_every_role_against_every_collection(people):
+    import re
+
+    page = signed_in(people.ada).get("/workspace/access/").content.decode()
+    grid = page[page.index('id="rule-grid"'):page.index("</table>", page.index('id="rule-grid"'))]
+    header = re.findall(r'<th scope="col">([\w-]+)</th>', grid)
+    rows = {role: ["✓" in cell for cell in re.findall(r"<td>(.*?)</td>", cells)]
+            for role, cells in re.findall(r'<th scope="row">([\w-]+)</th>(.*?)</tr>', grid, re.S)}
+    expected = {role.name: [AccessRule.objects.filter(role=role, collection__name=name).exists()
+                            for name in header[1:]]
+                for role in people.acme.roles.all()}
+    assert header[0] == "Role" and rows == expected and any(any(cells) for cells in rows.values())
