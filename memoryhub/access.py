@@ -352,18 +352,22 @@ def exchangeable_scopes(held: CollectionOf[str], asked: CollectionOf[str], *, re
 def ingesting_source(*, application: Application | None, user: User | None,
                      granted: CollectionOf[str]) -> Source | None:
     """The connected source a token stands for when it may feed the ingestion
-    API now: a live source whose admin grants `ingest`, with a token carrying it.
-    A disabled source is refused with a reason (PermissionDenied)."""
+    API now: a live source whose admin grants `ingest`, with a token carrying it
+    (a disabled one is then refused with `source_refusal`'s reason)."""
     holder = token_holder(application=application, user=user)
     if holder is None or holder.kind != "source" or INGEST_SCOPE not in holder.scopes:
         return None
     if INGEST_SCOPE not in granted:
         return None
-    source = getattr(holder.agent, "source", None)
-    if source is not None and source.disabled_at is not None:
-        raise PermissionDenied("This source is disabled by an admin of its workspace; nothing it sends is taken "
-                               "until it is enabled again.")
-    return source
+    return getattr(holder.agent, "source", None)
+
+
+def source_refusal(source: Source) -> str | None:
+    """Why a connected source may not feed memory now (its admin disabled it), or None."""
+    if source.disabled_at is not None:
+        return ("This source is disabled by an admin of its workspace; nothing it sends is taken until it is "
+                "enabled again.")
+    return None
 
 
 def require_document_of(source: Source, resource: Resource | None) -> None:

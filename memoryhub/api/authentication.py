@@ -26,6 +26,7 @@ from rest_framework import exceptions, status
 from memoryhub import access
 from memoryhub.access import INGEST_SCOPE
 from memoryhub.models import Source
+from memoryhub.services import sources
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class IngestTokenAuthentication(OAuth2Authentication):
                                          granted=token.scope.split())
         if source is None:
             raise exceptions.PermissionDenied("This token does not belong to a connected source of a workspace.")
+        refusal = access.source_refusal(source)
+        if refusal is not None:
+            sources.source_error_record(source=source, message=refusal)  # its health line shows it
+            raise exceptions.PermissionDenied(refusal)
         return SourcePrincipal(source=source, client_id=token.application.client_id), token
 
 

@@ -322,10 +322,39 @@ class ClientMetadataFetcher(SafeMetadataFetcher):
     def fetch(self, client_id):
         try:
             metadata, max_age = super().fetch(client_id)
-            return checked_client_metadata(metadata), max_age
         except CIMDError as exc:
-            cache.set(_failure_key(client_id), str(exc), max(oauth2_settings.CIMD_FAILURE_BACKOFF_SECONDS, 60))
+            self._remember(client_id, _fetch_failure_words(str(exc)))
             raise
+        problem = client_metadata_problem(metadata)
+        if problem:
+            self._remember(client_id, f"it does not meet this server's client policy: {problem}")
+            raise CIMDError(problem)
+        return metadata, max_age
+
+    @staticmethod
+    def _remember(client_id: str, why: str) -> None:
+        cache.set(_failure_key(client_id), why, max(oauth2_settings.CIMD_FAILURE_BACKOFF_SECONDS, 60))
+
+
+# What a person is told of a failed fetch: fixed words, never the resolver's or
+# the network's own text (which could name internal addresses).
+_FETCH_FAILURES = (
+    ("could not resolve", "its host name could not be resolved from this server (it may have no outbound internet)"),
+    ("non-public address", "its host is not on the public internet"),
+    ("did not resolve to any address", "its host name has no address"),
+    ("could not fetch", "it could not be fetched from this server (it may have no outbound internet, or the site "
+                        "did not answer)"),
+    ("returned HTTP", "the site answered with an error instead of the document"),
+    ("client_id URL", "the address is not a valid metadata document address (https, a host and a path, no user "
+                      "name, fragment or dot segments)"),
+)
+
+
+def _fetch_failure_words(error: str) -> str:
+    for marker, words in _FETCH_FAILURES:
+        if marker in error:
+            return words
+    return "what it returned is not a usable client metadata document (a small JSON object)"
 
 
 def _failure_key(client_id: str) -> str:
@@ -348,6 +377,8 @@ def metadata_document_failure(client_id: str) -> MetadataDocumentFailure | None:
         return MetadataDocumentFailure(
             client_id, "This server does not accept client metadata documents "
                        "(MEMORYHUB_CLIENT_METADATA_DOCUMENTS is off), so it does not advertise them.", False)
+    if client_registered(client_id):
+        return None  # known already: the refusal is about something else
     why = cache.get(_failure_key(client_id))
     return MetadataDocumentFailure(
         client_id, f"This server tried to fetch it and could not use it: {why}." if why else
@@ -355,8 +386,3 @@ def metadata_document_failure(client_id: str) -> MetadataDocumentFailure | None:
         "authorization code grant, https or loopback redirect addresses, memory scopes only).", True)
 
 
-def checked_client_metadata(metadata: dict) -> dict:
-    problem = client_metadata_problem(metadata)
-    if problem:
-        raise CIMDError(problem)
-    return metadata

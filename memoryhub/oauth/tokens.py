@@ -17,10 +17,12 @@ into the MCP layer's principal.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from oauth2_provider.models import AccessToken
 
@@ -91,11 +93,21 @@ def verified_row(row: AccessToken, *, resource: str) -> VerifiedToken | None:
     )
 
 
+logger = logging.getLogger("memoryhub.oauth")
+
 # A person's connected apps page shows when an app last used its access, to the minute.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def _mark_used(row: AccessToken) -> None:
+    """At most one write a minute per token (the condition is in the UPDATE,
+    so concurrent requests do not queue on the row); verification never fails
+    because the write did (a read-only standby, say)."""
     now = timezone.now()
-    if row.updated is None or now - row.updated >= LAST_USED_RESOLUTION:
-        AccessToken.objects.filter(pk=row.pk).update(updated=now)
+    if row.updated is not None and now - row.updated < LAST_USED_RESOLUTION:
+        return
+    try:
+        with transaction.atomic():  # a savepoint when inside a transaction: its failure stays here
+            AccessToken.objects.filter(pk=row.pk, updated__lt=now - LAST_USED_RESOLUTION).update(updated=now)
+    except DatabaseError:
+        logger.warning("could not record a token's last use", exc_info=True)

@@ -12,7 +12,9 @@ from django.contrib import messages
 from django.contrib.auth import update_session_auth_hash
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_ratelimit.decorators import ratelimit
 
 from memoryhub import access, errors
 from memoryhub.oauth.policy import PERSON_TOKEN_SECONDS
@@ -143,12 +145,17 @@ def memory_download(request: SignedInRequest) -> HttpResponse:
     return response
 
 
+@sensitive_post_parameters()
+@ratelimit(key="user", rate="10/h", method="POST", block=False)
 @require_http_methods(["GET", "POST"])
 @login_required
 def password_page(request: SignedInRequest) -> HttpResponse:
     """A person changes their own password; they stay signed in here."""
     caller = person_caller(request)
     form = PasswordChangeForm(request.POST or None)
+    if request.method == "POST" and getattr(request, "limited", False):
+        form.add_error(None, "Too many attempts; try again in an hour.")
+        return render(request, "account/password.html", {"form": form}, status=429)
     if request.method == "POST":
         if form.is_valid():
             try:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
+from django.contrib.auth import update_session_auth_hash
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryhub import errors
@@ -51,7 +53,7 @@ def _role_names(caller: Caller) -> list[str]:
 
 
 def _collection_names(caller: Caller) -> list[str]:
-    return [collection.name for collection in collections.collections_list(caller=caller)]
+    return collections.collection_names(caller=caller)
 
 
 def _no_store(response: HttpResponse) -> HttpResponse:
@@ -419,10 +421,10 @@ def _ingest_endpoint(request: HttpRequest) -> str:
 
 _LIFECYCLE = {
     "deactivate": (members.member_deactivate, "{name} is deactivated: signed out, and every app of theirs is "
-                                              "disconnected. Their memory is kept, readable by nobody."),
+                                              "disconnected. Their memory is kept; nobody reads it."),
     "reactivate": (members.member_reactivate, "{name} can sign in again; their apps must be connected anew."),
-    "remove": (members.member_remove, "{name} was removed: deactivated, no roles. Their memory is kept, readable "
-                                      "by nobody, until you erase it."),
+    "remove": (members.member_remove, "{name} was removed: deactivated, no roles. Their memory is kept; nobody "
+                                      "reads it until you erase it."),
 }
 
 
@@ -443,6 +445,7 @@ def member_lifecycle(request: SignedInRequest, user_id: int, action: str) -> Htt
     return redirect("workspace:members")
 
 
+@sensitive_post_parameters()
 @require_POST
 @login_required
 def member_password(request: SignedInRequest, user_id: int) -> HttpResponse:
@@ -452,10 +455,13 @@ def member_password(request: SignedInRequest, user_id: int) -> HttpResponse:
     if form.is_valid():
         try:
             user = members.member_set_password(caller=caller, user_id=user_id, password=form.cleaned_data["password"])
-        except errors.InvalidArgument as exc:
+        except (errors.InvalidArgument, errors.Conflict) as exc:
             messages.error(request, exc.message)
         else:
-            messages.success(request, f"{user.username}'s password is set. Tell them to change it after signing in.")
+            if user.pk == request.user.pk:
+                update_session_auth_hash(request, user)
+            messages.success(request, f"{user.username}'s password is set, and their apps are disconnected. Tell "
+                                      "them to change it after signing in.")
     else:
         messages.error(request, "Type a password.")
     return redirect("workspace:members")

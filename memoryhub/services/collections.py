@@ -12,15 +12,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 from django.utils.text import slugify
 
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
-from memoryhub.models import AccessRule, Agent, Collection, Fragment, Membership, Source
+from memoryhub.models import (
+    AccessRule,
+    Agent,
+    Collection,
+    Fragment,
+    Membership,
+    Resource,
+    ResourceVersion,
+    Source,
+)
 
 COLLECTION_NAME_MAX_CHARS = 64
 DESCRIPTION_MAX_CHARS = 200
@@ -64,36 +73,58 @@ def _slug(name: str) -> str:
     return slug
 
 
+def _locked(caller: Caller, collection_id: int) -> Collection:
+    """The caller's live collection, locked (re-checked after the lock: it may
+    have been deleted meanwhile)."""
+    collection = Collection.objects.select_for_update().filter(
+        pk=collection_get(caller=caller, collection_id=collection_id).pk, deleted_at__isnull=True).first()
+    if collection is None:
+        raise NotFound("No such collection in this workspace.", field="collection")
+    return collection
+
+
 @transaction.atomic
 def collection_rename(*, caller: Caller, collection_id: int, name: str) -> Collection:
     """A new name; connectors that send the old name are refused until they use it."""
     tenant = access.require_admin(caller)
-    collection = Collection.objects.select_for_update().get(pk=collection_get(caller=caller,
-                                                                              collection_id=collection_id).pk)
+    collection = _locked(caller, collection_id)
     slug = _slug(name)
     if slug != collection.name and Collection.objects.filter(tenant=tenant, name=slug).exists():
         raise Conflict(f"A collection named {slug!r} already exists.", field="name")
     collection.name = slug
-    collection.save(update_fields=["name"])
+    try:
+        with transaction.atomic():
+            collection.save(update_fields=["name"])
+    except IntegrityError:
+        raise Conflict(f"A collection named {slug!r} already exists.", field="name") from None
     return collection
 
 
 @transaction.atomic
 def collection_retire_fragments(*, caller: Caller, collection_id: int, confirm: str) -> int:
     """Retire every live fragment of the collection now (the admin types its
-    name). Reads of the past still see them; nobody's read of now does."""
-    collection = collection_get(caller=caller, collection_id=collection_id)
+    name). Reads of the past still see them; nobody's read of now does. The
+    documents sources sent into it count as deleted, so a source sending one
+    again is taken as new, not as unchanged."""
+    collection = _locked(caller, collection_id)
     if confirm != collection.name:
         raise InvalidArgument(f"Type {collection.name} exactly to retire its fragments.", field="confirm")
-    return Fragment.objects.filter(collection=collection, retired_at__isnull=True).update(
-        retired_at=timezone.now(), retired_reason=Fragment.Retired.FORGOTTEN)
+    now = timezone.now()
+    live = Fragment.objects.filter(collection=collection, retired_at__isnull=True)
+    documents = list(Resource.objects.filter(
+        deleted_at__isnull=True, source__isnull=False, fragments__in=live.filter(source__isnull=False),
+        source=F("fragments__source")).distinct().values_list("pk", flat=True))
+    retired = live.update(retired_at=now, retired_reason=Fragment.Retired.FORGOTTEN)
+    Resource.objects.filter(pk__in=documents).update(deleted_at=now, updated_at=now, content_hash="")
+    ResourceVersion.objects.bulk_create([ResourceVersion(resource_id=pk, content_hash="", started_at=now)
+                                         for pk in documents])
+    return retired
 
 
 @transaction.atomic
 def collection_delete(*, caller: Caller, collection_id: int) -> str:
     """Delete a collection with nothing live in it; returns its name."""
-    collection = Collection.objects.select_for_update().get(
-        pk=collection_get(caller=caller, collection_id=collection_id).pk)
+    collection = _locked(caller, collection_id)
     live = Fragment.objects.filter(collection=collection, retired_at__isnull=True).count()
     if live:
         raise Conflict(f"{collection.name} still holds {live} live fragment{'s' if live != 1 else ''}: retire them "
@@ -105,9 +136,16 @@ def collection_delete(*, caller: Caller, collection_id: int) -> str:
         collection.delete()
     else:
         collection.deleted_at = timezone.now()
-        collection.name = f"{name}--deleted-{collection.pk}"
+        collection.name = f"{name[:60]}--deleted-{collection.pk}"
         collection.save(update_fields=["deleted_at", "name"])
     return name
+
+
+def collection_names(*, caller: Caller) -> list[str]:
+    """The names of the workspace's collections, for forms."""
+    tenant = access.require_admin(caller)
+    return list(Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).order_by("name")
+                .values_list("name", flat=True))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
 from memoryhub import access
 from memoryhub.access import MEMORY_SCOPES, Caller
+from memoryhub.oauth.policy import resource_urls
 
 
 @dataclass(frozen=True)
@@ -49,21 +50,26 @@ def connected_apps_list(*, caller: Caller) -> list[ConnectedApp]:
     for token in RefreshToken.objects.filter(user=user, revoked__isnull=True).order_by("created"):
         live_refresh.setdefault(token.application_id, token)
     tokens = AccessToken.objects.filter(user=user).values_list("application_id", "scope", "expires", "created",
-                                                               "updated")
+                                                               "updated", "resource")
+    # What the person granted is on the tokens issued for the MCP endpoints; an
+    # edge deployment's exchanged credentials (another audience, narrowed) only say it was used.
+    public = set(resource_urls())
     scopes: dict[int, tuple[datetime, set[str]]] = {}
     access_ends: dict[int, datetime] = {}
     first_token: dict[int, datetime] = {}
     last_used: dict[int, datetime] = {}
-    for application_id, scope, expires, created, updated in tokens:
+    for application_id, scope, expires, created, updated, resource in tokens:
         memory = set(scope.split()) & set(MEMORY_SCOPES)
         if not memory:
             continue  # a registration token, not an authorisation
+        last_used[application_id] = max(updated, last_used.get(application_id, updated))
+        if not public & set(resource or []):
+            continue
         if application_id not in scopes or created > scopes[application_id][0]:
             scopes[application_id] = (created, memory)  # the grant as it stands: its newest token's scopes
         if expires > now:
             access_ends[application_id] = max(expires, access_ends.get(application_id, expires))
         first_token[application_id] = min(created, first_token.get(application_id, created))
-        last_used[application_id] = max(updated, last_used.get(application_id, updated))
     shown = set(live_refresh) | set(access_ends)
     families = {token.token_family for token in live_refresh.values() if token.token_family}
     chain_began = dict(
@@ -111,8 +117,12 @@ def connected_app_disconnect(*, caller: Caller, application_id: int) -> bool:
     return bool(ended or codes)
 
 
+@transaction.atomic
 def connected_apps_disconnect_all(*, caller: Caller) -> int:
-    """Disconnect every app the caller connected; how many were."""
-    access.require_person(caller, what="manage connected apps")
-    return sum(connected_app_disconnect(caller=caller, application_id=app.application.pk)
-               for app in connected_apps_list(caller=caller) if app.connected)
+    """Disconnect every app the caller connected, and every code not yet
+    exchanged, in one transaction; how many apps were connected."""
+    user = access.require_person(caller, what="manage connected apps")
+    ended = sum(connected_app_disconnect(caller=caller, application_id=app.application.pk)
+                for app in connected_apps_list(caller=caller) if app.connected)
+    Grant.objects.filter(user=user).delete()
+    return ended

@@ -361,15 +361,24 @@ class DeleteResult:
 
 
 def _collection_for(source: Source, name: str | None) -> Collection:
-    if name is None:
-        if source.default_collection_id is None:
-            raise InvalidArgument(
-                "collection is required: this source has no default collection.", field="collection"
-            )
-        return Collection.objects.get(pk=source.default_collection_id)
-    collection = Collection.objects.filter(tenant_id=source.tenant_id, name=name, deleted_at__isnull=True).first()
+    """The live collection a document goes to, held (FOR KEY SHARE, inside the
+    caller's transaction) until the write commits, so it cannot be deleted or
+    renamed under the write; concurrent writes into it do not wait on each other."""
+    if name is None and source.default_collection_id is None:
+        raise InvalidArgument("collection is required: this source has no default collection.", field="collection")
+    collections = Collection.objects.filter(tenant_id=source.tenant_id, deleted_at__isnull=True)
+    collection = (collections.filter(pk=source.default_collection_id or 0) if name is None
+                  else collections.filter(name=name)).first()
+    if collection is not None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM memoryhub_collection WHERE id = %s AND deleted_at IS NULL FOR KEY SHARE",
+                           [collection.pk])
+            if cursor.fetchone() is None:
+                collection = None
     if collection is None:
-        raise InvalidArgument(f"No collection named {name!r} in this workspace.", field="collection")
+        raise InvalidArgument(f"No collection named {name!r} in this workspace." if name is not None else
+                              "collection is required: this source's default collection was deleted.",
+                              field="collection")
     return collection
 
 
@@ -398,9 +407,9 @@ def _live_fragments(source: Source, resource: Resource):  # type: ignore[no-unty
 def document_upsert(*, source: Source, document: Document, now: dt.datetime | None = None) -> UpsertResult:
     """Store `document` for `source`, or bring its fragments up to date; nothing
     changes when it is the same document again."""
-    collection = _collection_for(source, document.collection)
     content_hash = document.content_hash
     with transaction.atomic():
+        collection = _collection_for(source, document.collection)
         _lock_document(source, document.resource_id)
         now = now or timezone.now()
         resource = _resource_of_source(source, document.resource_id, for_update=True)

@@ -7,8 +7,11 @@ access token (deleted: the MCP endpoint refuses it on the next request, and
 memoryhub.access.token_holder refuses any token of an inactive person anyway),
 every refresh chain and every code not yet exchanged, with every client.
 Removing also takes their roles and admin flag. A removed or deactivated
-person's private memory is kept, readable by nobody (they cannot sign in and
-admins read nobody's private memory); an admin can erase it
+person's private memory is kept and nobody reads it through the product: they
+cannot sign in, admins read nobody's private memory, and an admin cannot set a
+deactivated person's password. An admin who sets an active person's temporary
+password could sign in as them, so doing it ends every session and app of
+theirs: they notice. An admin can erase the memory
 (memoryhub.services.portability.memory_erase), which leaves tombstones the
 receipts that served them still name.
 
@@ -105,17 +108,16 @@ def member_add(
 @transaction.atomic
 def member_update(*, caller: Caller, user_id: int, roles: Sequence[str], is_admin: bool) -> Membership:
     """Set a member's roles (replacing the old ones) and admin flag. The roles
-    apply to their next read: access rules are always today's."""
+    apply to their next read: access rules are always today's. A removed
+    member is reactivated first."""
     tenant = access.require_admin(caller)
-    membership = member_get(caller=caller, user_id=user_id)
-    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    pk = member_get(caller=caller, user_id=user_id).pk
+    _admins_locked(tenant)
+    membership = Membership.objects.select_for_update().get(pk=pk)
+    if membership.removed_at is not None:
+        raise Conflict("This person was removed; reactivate them before giving them roles.", field="user")
     if membership.is_admin and not is_admin:
-        # Locked rows of every admin: two admins demoting each other at once
-        # must not leave the workspace with none.
-        admins = list(Membership.objects.select_for_update().filter(tenant=tenant, is_admin=True, user__is_active=True))
-        if len(admins) <= 1:
-            raise Conflict("A workspace keeps at least one admin; make someone else an admin first.",
-                           field="is_admin")
+        _keeps_an_admin(tenant, membership)
     membership.roles.set(roles_named(tenant, roles))
     membership.is_admin = is_admin
     membership.save(update_fields=["is_admin"])
@@ -124,10 +126,18 @@ def member_update(*, caller: Caller, user_id: int, roles: Sequence[str], is_admi
 
 @transaction.atomic
 def member_set_password(*, caller: Caller, user_id: int, password: str) -> User:
-    """An admin sets a member's password (for example a temporary one)."""
-    user = member_get(caller=caller, user_id=user_id).user
+    """An admin sets a member's password (a temporary one). Not a deactivated
+    or removed person's: reactivate them first. Every app of theirs is
+    disconnected and every session of theirs ends, so they learn of it; the
+    operator (`manage.py add_person`) sets passwords as it always did."""
+    membership = member_get(caller=caller, user_id=user_id)
+    user = membership.user
+    if caller.kind != "system" and (not user.is_active or membership.removed_at is not None):
+        raise Conflict("This person is deactivated; reactivate them before setting a password.", field="user")
     user.set_password(_validated_password(password, user))
     user.save(update_fields=["password"])
+    if caller.kind != "system":
+        _credentials_end(user)
     return user
 
 
@@ -137,14 +147,20 @@ def _credentials_end(user: User) -> None:
     Grant.objects.filter(user=user).delete()
 
 
+def _admins_locked(tenant) -> list[Membership]:  # type: ignore[no-untyped-def]
+    """Every admin's row locked, always first and in one order, so two admins
+    acting on each other at once wait instead of deadlocking."""
+    return list(Membership.objects.select_for_update().filter(tenant=tenant, is_admin=True).order_by("pk"))
+
+
 def _keeps_an_admin(tenant, membership: Membership) -> None:  # type: ignore[no-untyped-def]
+    """The workspace keeps an active, not removed admin other than `membership`."""
     if not membership.is_admin:
         return
-    # Locked rows of every admin: two admins deactivating each other must not leave none.
-    admins = list(Membership.objects.select_for_update().filter(
-        tenant=tenant, is_admin=True, user__is_active=True, removed_at__isnull=True))
-    if len([admin for admin in admins if admin.pk != membership.pk]) == 0:
-        raise Conflict("A workspace keeps at least one active admin; make someone else an admin first.",
+    others = Membership.objects.filter(tenant=tenant, is_admin=True, user__is_active=True,
+                                       removed_at__isnull=True).exclude(pk=membership.pk)
+    if not others.exists():
+        raise Conflict("A workspace keeps at least one admin who is active; make someone else an admin first.",
                        field="user")
 
 
@@ -152,8 +168,9 @@ def _keeps_an_admin(tenant, membership: Membership) -> None:  # type: ignore[no-
 def member_deactivate(*, caller: Caller, user_id: int) -> Membership:
     """Stop a person from signing in or using any client, at once."""
     tenant = access.require_admin(caller)
-    membership = Membership.objects.select_for_update().select_related("user").get(
-        pk=member_get(caller=caller, user_id=user_id).pk)
+    pk = member_get(caller=caller, user_id=user_id).pk
+    _admins_locked(tenant)
+    membership = Membership.objects.select_for_update().select_related("user").get(pk=pk)
     if caller.user is not None and membership.user_id == caller.user.pk:
         raise Conflict("You cannot deactivate yourself; another admin can.", field="user")
     _keeps_an_admin(tenant, membership)

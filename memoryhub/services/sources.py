@@ -50,6 +50,15 @@ def source_get(*, caller: Caller, name: str) -> Source:
     return source
 
 
+def source_feeding(*, caller: Caller, name: str) -> Source:
+    """A source an ingest (the command's) may feed now: live and not disabled."""
+    source = source_get(caller=caller, name=name)
+    refusal = access.source_refusal(source)
+    if refusal is not None:
+        raise PermissionDenied(refusal)
+    return source
+
+
 @transaction.atomic
 def source_register(
     *, caller: Caller, name: str, kind: str = "documents", collection: str | None = None,

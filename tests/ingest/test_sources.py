@@ -49,6 +49,8 @@ def test_a_disabled_source_is_refused_with_a_reason_and_enabled_again(live_peopl
     sources.source_set_enabled(caller=ada, name="wiki", enabled=False)
     refused = wiki_api.upsert(doc())
     assert refused.status_code == 403 and "disabled by an admin" in refused.json()["error"]["message"]
+    live_people.wiki.refresh_from_db()
+    assert "disabled by an admin" in live_people.wiki.last_error  # its health line shows the refusal
     assert Fragment.objects.filter(pk=fragment.pk, retired_at__isnull=True).exists()
     sources.source_set_enabled(caller=ada, name="wiki", enabled=True)
     assert wiki_api.upsert(doc()).status_code == 201  # the same token works again
@@ -93,3 +95,13 @@ def test_the_sources_page_buttons_and_the_command(people, capsys):
     assert "revoked for good" in admin.post("/workspace/sources/wiki/revoke/", follow=True).content.decode()
     call_command("source", "acme", "wiki", "status", json=True)
     assert json.loads(capsys.readouterr().out)["state"] == "revoked"
+
+
+def test_the_command_does_not_feed_a_disabled_source(people, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    sources.source_set_enabled(caller=people.caller(people.ada), name="wiki", enabled=False)
+    export = tmp_path / "docs.jsonl"
+    export.write_text('{"resource_id": "a.md", "text": "A document."}\n')
+    with pytest.raises(CommandError, match="disabled by an admin"):
+        call_command("ingest", "acme", "wiki", str(export), no_progress=True)

@@ -151,3 +151,17 @@ def test_disconnect_all(people, mcp_client):
     assert refresh(other, second["refresh_token"])["error"] == "invalid_grant"
     assert all(app.connected for app in connected_apps_list(caller=people.caller(people.ada)))
     assert Client().post("/account/apps/disconnect-all/").status_code == 302  # sign in first
+
+
+def test_an_edge_deployments_exchanged_credentials_do_not_narrow_the_grant_shown(people, mcp_client):
+    import datetime as dt
+    import secrets
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken
+
+    connect(people.bruno, mcp_client)
+    AccessToken.objects.create(application=mcp_client, user=people.bruno, scope="memory.read",
+                               token=secrets.token_urlsafe(24), resource=["http://127.0.0.1:1/internal/memory"],
+                               expires=timezone.now() + dt.timedelta(seconds=25))
+    assert connected_apps_list(caller=people.caller(people.bruno))[0].scopes == ["memory.read", "memory.write"]

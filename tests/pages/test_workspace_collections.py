@@ -77,3 +77,17 @@ def test_only_the_workspaces_admins_change_collections(people):
                                        {"name": "mine"}).status_code == 404
     assert signed_in(people.ada).post(f"/workspace/collections/{runbooks.pk}/explode/").status_code == 404
     assert Collection.objects.get(pk=runbooks.pk).name == "runbooks"
+
+
+def test_a_retired_collections_documents_come_back_when_sent_again(people):
+    from memoryhub.services.ingest import document_upsert, document_validated
+    from tests.ingest.conftest import doc
+
+    def send():  # type: ignore[no-untyped-def]
+        return document_upsert(source=people.wiki, document=document_validated(**doc("handbook/a.md", "Text A.")))
+
+    assert send().status == "created"
+    runbooks = Collection.objects.get(tenant=people.acme, name="runbooks")
+    signed_in(people.ada).post(f"/workspace/collections/{runbooks.pk}/retire/", {"confirm": "runbooks"})
+    again = send()
+    assert again.status == "created" and again.added == 1  # not "unchanged" with nothing live

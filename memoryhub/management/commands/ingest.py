@@ -41,7 +41,7 @@ from memoryhub.errors import MemoryhubError, NotFound
 from memoryhub.management.acting import acting_caller, add_acting_argument
 from memoryhub.models import Source
 from memoryhub.services import enrichment, ingest
-from memoryhub.services.sources import source_get
+from memoryhub.services.sources import source_feeding
 
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 # --wait queues the source's embedding again when nothing moved for this long.
@@ -187,7 +187,7 @@ class Command(BaseCommand):
         if delete_missing and not is_folder:
             raise CommandError("--delete-missing applies to a folder; a JSON Lines export says what it deletes.")
         try:
-            src = source_get(caller=acting_caller(workspace, acting_as), name=source)
+            src = source_feeding(caller=acting_caller(workspace, acting_as), name=source)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
 
