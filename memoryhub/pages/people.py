@@ -146,13 +146,14 @@ def memory_download(request: SignedInRequest) -> HttpResponse:
 
 
 @sensitive_post_parameters()
-@ratelimit(key="user", rate="10/h", method="POST", block=False)
+@ratelimit(key=lambda group, request: f"{request.user.tenant_id}:{request.user.pk}", rate="10/h", method="POST",
+           block=False)
 @require_http_methods(["GET", "POST"])
 @login_required
 def password_page(request: SignedInRequest) -> HttpResponse:
     """A person changes their own password; they stay signed in here."""
     caller = person_caller(request)
-    form = PasswordChangeForm(request.POST or None)
+    form = PasswordChangeForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and getattr(request, "limited", False):
         form.add_error(None, "Too many attempts; try again in an hour.")
         return render(request, "account/password.html", {"form": form}, status=429)

@@ -168,3 +168,14 @@ def test_a_removed_member_gets_no_roles_until_reactivated(people):
     members.member_update(caller=people.caller(people.cleo), user_id=people.ada.pk, roles=[], is_admin=False)
     with pytest.raises(Conflict, match="at least one admin"):
         members.member_update(caller=people.system(), user_id=people.cleo.pk, roles=[], is_admin=False)
+
+
+def test_password_attempts_are_limited(people):
+    client = signed_in(people.bruno)
+    statuses = [client.post("/account/password/", {"old_password": "wrong", "new_password": "x" * 12,
+                                                   "again": "x" * 12}).status_code for _ in range(11)]
+    assert statuses[:10] == [400] * 10 and statuses[10] == 429
+    # A body that is not a form is refused as one, limited or not.
+    assert client.post("/account/password/", data="[1, 2", content_type="application/json").status_code == 429
+    fresh = signed_in(people.cleo)
+    assert fresh.post("/account/password/", data="[1, 2", content_type="application/json").status_code == 400
