@@ -64,7 +64,8 @@ def content_hash(record: dict[str, Any]) -> str:
 
 
 def link_hash(prev: str, seq: int, content: str) -> str:
-    return hashlib.sha256(f"{prev}:{seq}:{content}".encode("ascii")).hexdigest()
+    # (UTF-8, not ASCII: the same bytes for every valid entry, and no crash on a hostile one.)
+    return hashlib.sha256(f"{prev}:{seq}:{content}".encode()).hexdigest()
 
 
 def value_hash(value: str, salt: str = "") -> str:
@@ -87,7 +88,7 @@ def request_hash(request: dict[str, Any], salt: str = "") -> str:
 
 
 def checkpoint_message(workspace: str, seq: int, head: str, signed_at: str) -> bytes:
-    return f"{CHECKPOINT_PREFIX}\n{workspace}\n{seq}\n{head}\n{signed_at}".encode("ascii")
+    return f"{CHECKPOINT_PREFIX}\n{workspace}\n{seq}\n{head}\n{signed_at}".encode()
 
 
 def key_id(public_key: bytes) -> str:

@@ -58,7 +58,9 @@ def ingest_exception_handler(exc: Exception, context: dict) -> Response | None:
     response = _error_response(exc, context)
     request = context.get("request")
     principal = getattr(request, "_user", None) if request is not None else None
-    if response is not None and 400 <= response.status_code < 500 and isinstance(principal, SourcePrincipal):
+    # (Not a 404: asking after a document it never sent is a question, not a refusal.)
+    if response is not None and 400 <= response.status_code < 500 and response.status_code != 404 \
+            and isinstance(principal, SourcePrincipal):
         # The source's health line shows what was refused last (memoryhub.services.sources).
         sources.source_error_record(source=principal.source, message=(response.data.get("error") or {}).get(
             "message", "") if isinstance(response.data, dict) else "")

@@ -44,7 +44,7 @@ from memoryhub.errors import InvalidArgument
 from memoryhub.models import Erasure, Fragment, IdempotencyRecord, Receipt
 from memoryhub.services.fragments import fragment_views
 from memoryhub.services.members import member_get
-from memoryhub.services.receipt_chain import instant, record_of
+from memoryhub.services.receipt_chain import export_snapshot, instant, record_of
 from memoryhub.services.write import Writer
 
 logger = logging.getLogger("memoryhub.portability")
@@ -60,11 +60,7 @@ def _when(value: dt.datetime | None) -> str | None:
 def memory_export(*, caller: Caller) -> Iterator[dict[str, Any]]:
     """The caller's own memory and receipts, as export items, read in one snapshot."""
     user = access.require_person(caller, what="export their memory")
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():
-        if outermost:
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    with export_snapshot():
         yield {"kind": "memory_export", "format": EXPORT_FORMAT, "workspace": caller.tenant.slug,
                "person": user.username, "exported_at": instant(timezone.now())}
         fragments = (access.with_access_facts(Fragment.objects.filter(access.own_fragments(caller)))

@@ -22,6 +22,7 @@ import datetime as dt
 import os
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
@@ -135,23 +136,21 @@ def entry_check(receipt: Receipt) -> EntryCheck:
     if link_hash(receipt.chain_prev, seq, content_hash(record_of(receipt))) != stored:
         problem = "what this receipt records changed after it was written"
     else:
-        neighbours = dict(Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq__in=[seq - 1, seq + 1])
-                          .values_list("chain_seq", "chain_prev"))
-        before = GENESIS if seq == 1 else Receipt.objects.filter(
-            tenant_id=receipt.tenant_id, chain_seq=seq - 1).values_list("chain_hash", flat=True).first()
+        neighbours = {place: (prev, hash_) for place, prev, hash_ in Receipt.objects.filter(
+            tenant_id=receipt.tenant_id, chain_seq__in=[seq - 1, seq + 1]).values_list(
+            "chain_seq", "chain_prev", "chain_hash")}
+        before = GENESIS if seq == 1 else neighbours.get(seq - 1, (None, None))[1]
         if before != receipt.chain_prev:
             problem = "the entry before it is missing or was changed"
         elif seq + 1 in neighbours:
-            if neighbours[seq + 1] != stored:
+            if neighbours[seq + 1][0] != stored:
                 problem = "the entry after it does not link to it"
         elif head_seq > seq:
             problem = "the entry after it is missing"
-    checkpoint, checkpoint_problem = _covering_checkpoint(receipt)
+    checkpoint, checkpoint_problem, checked = _covering_checkpoint(receipt)
     problem = problem or checkpoint_problem
     if problem:
         return EntryCheck(seq, stored, False, f"Chain entry {seq} does not verify: {problem}.", checkpoint)
-    current = _public_key_or_none() if checkpoint else None
-    checked = current is not None and checkpoint is not None and checkpoint.key_id == key_id(current)
     signed = (" No checkpoint has signed it yet." if checkpoint is None else
               f" The checkpoint signed at {instant(checkpoint.signed_at)} (entry {checkpoint.seq}) "
               + ("verifies and matches the chain." if checked else
@@ -161,28 +160,30 @@ def entry_check(receipt: Receipt) -> EntryCheck:
                       + signed, checkpoint)
 
 
-def _covering_checkpoint(receipt: Receipt) -> tuple[ReceiptCheckpoint | None, str | None]:
-    """The first checkpoint at or after the receipt and what is wrong with it
-    (None: nothing). Its signature is checked with this deployment's public
-    key when it was signed with that key; one signed with an earlier key is
-    left to the offline verifier, which takes every key published."""
+def _covering_checkpoint(receipt: Receipt) -> tuple[ReceiptCheckpoint | None, str | None, bool]:
+    """The first checkpoint at or after the receipt, what is wrong with it
+    (None: nothing), and whether its signature was checked: with this
+    deployment's public key, when it was signed with that key; one signed with
+    an earlier key is left to the offline verifier, which takes every key published."""
     checkpoint = (ReceiptCheckpoint.objects.filter(tenant_id=receipt.tenant_id, seq__gte=receipt.chain_seq)
                   .order_by("seq").first())
     if checkpoint is None:
-        return None, None
+        return None, None, False
     current = _public_key_or_none()
-    if current is not None and checkpoint.key_id == key_id(current):
+    checked = current is not None and checkpoint.key_id == key_id(current)
+    if current is not None and checked:
         message = checkpoint_message(str(receipt.tenant_id), checkpoint.seq, checkpoint.head,
                                      instant(checkpoint.signed_at))
         try:
             Ed25519PublicKey.from_public_bytes(current).verify(bytes.fromhex(checkpoint.signature), message)
         except (InvalidSignature, ValueError):
-            return checkpoint, f"the checkpoint of entry {checkpoint.seq} does not verify with this deployment's key"
+            return (checkpoint, f"the checkpoint of entry {checkpoint.seq} does not verify with this deployment's "
+                    "key", True)
     signed_entry = Receipt.objects.filter(tenant_id=receipt.tenant_id, chain_seq=checkpoint.seq).values_list(
         "chain_hash", flat=True).first()
     if signed_entry != checkpoint.head:
-        return checkpoint, f"the chain's entry {checkpoint.seq} is not the one its checkpoint signed"
-    return checkpoint, None
+        return checkpoint, f"the chain's entry {checkpoint.seq} is not the one its checkpoint signed", checked
+    return checkpoint, None, checked
 
 
 def _public_key_or_none() -> bytes | None:
@@ -303,6 +304,18 @@ def checkpoint_item(checkpoint: ReceiptCheckpoint) -> dict[str, Any]:
 # --------------------------------------------------------------------------- exports
 
 
+@contextmanager
+def export_snapshot() -> Iterator[None]:
+    """One read-only snapshot for a whole export (its own transaction when it
+    is the outermost; inside a caller's, that transaction's)."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield
+
+
 def receipts_export(*, caller: Caller, since: dt.datetime | None = None) -> Iterator[dict[str, Any]]:
     """The workspace's chain as export items (contract/receipt_chain.py): the
     header, every entry from the first made at or after `since` in chain
@@ -310,11 +323,7 @@ def receipts_export(*, caller: Caller, since: dt.datetime | None = None) -> Iter
     tenant = access.require_receipt_auditor(caller)
     receipts = Receipt.objects.filter(tenant=tenant).order_by("chain_seq")
     checkpoints = ReceiptCheckpoint.objects.filter(tenant=tenant).order_by("seq")
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():
-        if outermost:
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    with export_snapshot():
         first_seq = 1
         if since is not None:
             first = receipts.filter(created_at__gte=since).values_list("chain_seq", flat=True).first()

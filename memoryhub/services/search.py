@@ -361,7 +361,6 @@ def fragments_search(
                                    for hit in execution.result.hits],
                     abstained=execution.result.abstained,
                     budget=budget.name if budget is not None else "",
-                    created_at=timezone.now(),
                 ))
     except OperationalError as exc:
         if is_cancelled(exc):

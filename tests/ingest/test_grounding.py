@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import secrets
 
 import pytest
 from django.utils import timezone
@@ -20,6 +19,7 @@ from memoryhub.services.search import fragments_search
 from tests.ingest.conftest import doc
 from tests.memory.conftest import private_fragment
 from tests.support.mcp_client import call, connect
+from tests.support.tokens import person_mcp_token
 
 HANDBOOK = "handbook/oncall.md"
 MEMORY = "I cover the on-call rotation on Mondays."
@@ -142,22 +142,6 @@ def test_a_replay_shows_the_grounding_that_changed_since_the_read(people):
 # --------------------------------------------------------------------------- over the ingestion API and MCP
 
 
-def _mcp_token(base_url: str, user) -> str:
-    from oauth2_provider.models import AccessToken, Application, set_token_value
-
-    from memoryhub.oauth.policy import MCP_PATH, resource_url
-
-    application = Application.objects.create(
-        name="grounding-test", client_type=Application.CLIENT_PUBLIC, client_secret="", hash_client_secret=False,
-        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris="http://127.0.0.1:8765/cb")
-    raw = secrets.token_urlsafe(32)
-    token = AccessToken(application=application, user=user, scope="memory.read memory.write memory.audit",
-                        resource=[resource_url(MCP_PATH)], expires=timezone.now() + dt.timedelta(hours=1))
-    set_token_value(token, raw)
-    token.save()
-    return raw
-
-
 def _link_as_a_worker_would(fragment_id: str) -> None:
     from django.db import connections
 
@@ -174,7 +158,7 @@ def _mine(found: dict) -> dict:
 @pytest.mark.slow
 def test_over_the_ingestion_api_and_mcp(wiki_api, live_people, asgi_server):
     assert wiki_api.upsert(doc(HANDBOOK, "The on-call rotation changes every Monday.")).status_code in (200, 201)
-    token = _mcp_token(asgi_server.url, live_people.bruno)
+    token, _ = person_mcp_token(live_people.bruno)
 
     async def flow() -> None:
         async with connect(f"{asgi_server.url}/mcp", token, "2026-07-28") as client:

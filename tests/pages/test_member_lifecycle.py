@@ -14,29 +14,23 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
-from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken, set_token_value
+from oauth2_provider.models import AccessToken, Grant, RefreshToken
 
 from memoryhub.errors import Conflict, PermissionDenied
 from memoryhub.models import Fragment, Membership, User
-from memoryhub.oauth.policy import MCP_PATH, resource_url
 from memoryhub.services import members
 from tests.conftest import PASSWORD, signed_in
 from tests.pages.helpers import remember, sign_in_form
+from tests.support.tokens import REDIRECT_URI, person_mcp_token
 
 
 def _tokens(user: User) -> tuple[str, RefreshToken]:
-    application = Application.objects.create(
-        name="Desk assistant", client_type=Application.CLIENT_PUBLIC, client_secret="", hash_client_secret=False,
-        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris="http://127.0.0.1:8765/cb")
-    raw = secrets.token_urlsafe(32)
-    access = AccessToken(application=application, user=user, scope="memory.read memory.write",
-                         resource=[resource_url(MCP_PATH)], expires=timezone.now() + dt.timedelta(minutes=15))
-    set_token_value(access, raw)
-    access.save()
-    refresh = RefreshToken.objects.create(application=application, user=user, token=secrets.token_urlsafe(32),
+    """A connected app of `user`: an access token, its refresh token and a code not yet exchanged."""
+    raw, access = person_mcp_token(user, scope="memory.read memory.write")
+    refresh = RefreshToken.objects.create(application=access.application, user=user, token=secrets.token_urlsafe(32),
                                           access_token=access)
-    Grant.objects.create(application=application, user=user, code=secrets.token_urlsafe(16),
-                         expires=timezone.now() + dt.timedelta(minutes=1), redirect_uri="http://127.0.0.1:8765/cb",
+    Grant.objects.create(application=access.application, user=user, code=secrets.token_urlsafe(16),
+                         expires=timezone.now() + dt.timedelta(minutes=1), redirect_uri=REDIRECT_URI,
                          scope="memory.read", code_challenge="x" * 43, code_challenge_method="S256")
     return raw, refresh
 

@@ -1,11 +1,8 @@
-import json
-import os
-import sys
-
 from django.core.management.base import BaseCommand, CommandError
 
 from memoryhub.errors import MemoryhubError
 from memoryhub.management.acting import acting_caller
+from memoryhub.management.json_lines import json_lines_write
 from memoryhub.services.portability import memory_export_for
 
 
@@ -20,27 +17,12 @@ class Command(BaseCommand):
                                                           "written whole or not at all.")
 
     def handle(self, *args, workspace, username, output, **options):
-        partial = f"{output}.partial"
         try:
-            items = memory_export_for(caller=acting_caller(workspace), username=username)
-            handle = sys.stdout if output == "-" else os.fdopen(  # noqa: SIM115 - closed below
-                os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8")
-            try:
-                count = 0
-                for item in items:
-                    handle.write(json.dumps(item, ensure_ascii=False) + "\n")
-                    count += item["kind"] == "fragment"
-            finally:
-                if handle is not sys.stdout:
-                    handle.close()
-            if output != "-":
-                os.replace(partial, output)  # mode 0600: it holds a person's memory or a workspace's reads
+            count = json_lines_write(memory_export_for(caller=acting_caller(workspace), username=username), output,
+                                     count="fragment", ascii_only=False)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         except OSError as exc:
             raise CommandError(f"--output: {exc}") from exc
-        finally:
-            if output != "-" and os.path.exists(partial):
-                os.unlink(partial)
         if output != "-":
             self.stderr.write(f"Wrote {count} memories of {username} to {output}.")

@@ -1,12 +1,10 @@
 import datetime as dt
-import json
-import os
-import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
 from memoryhub.errors import MemoryhubError
 from memoryhub.management.acting import acting_caller, add_acting_argument
+from memoryhub.management.json_lines import json_lines_write
 from memoryhub.services.arguments import checked_instant
 from memoryhub.services.receipt_chain import receipts_export
 
@@ -25,29 +23,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, workspace, since, output, acting_as, **options):
         caller = acting_caller(workspace, acting_as)
-        partial = f"{output}.partial"
         try:
             instant = checked_instant(_day_or_instant(since), field="since") if since else None
-            items = receipts_export(caller=caller, since=instant)
-            handle = sys.stdout if output == "-" else os.fdopen(  # noqa: SIM115 - closed below
-                os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="ascii")
-            try:
-                written = 0
-                for item in items:
-                    handle.write(json.dumps(item, sort_keys=True, ensure_ascii=True) + "\n")
-                    written += item["kind"] == "receipt"
-            finally:
-                if handle is not sys.stdout:
-                    handle.close()
-            if output != "-":
-                os.replace(partial, output)  # mode 0600: it holds a person's memory or a workspace's reads
+            written = json_lines_write(receipts_export(caller=caller, since=instant), output, count="receipt",
+                                       ascii_only=True)
         except MemoryhubError as exc:
             raise CommandError(exc.message) from exc
         except OSError as exc:
             raise CommandError(f"--output: {exc}") from exc
-        finally:
-            if output != "-" and os.path.exists(partial):
-                os.unlink(partial)
         if output != "-":
             self.stderr.write(f"Wrote {written} receipts of {workspace} to {output}.")
 
