@@ -5,6 +5,7 @@ configuration table)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -25,6 +26,22 @@ def envfloat(name: str, default: float) -> float:
 
 def envlist(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+# django-ratelimit's rate: a count, "/", and a period in seconds, minutes, hours or days,
+# optionally with a multiple ("30/h", "50/15m").
+RATE_FORMAT = re.compile(r"[1-9][0-9]{0,8}/([1-9][0-9]{0,5})?[smhd]")
+
+
+def envrate(name: str, default: str) -> str:
+    value = (os.environ.get(name) or default).strip()
+    if not RATE_FORMAT.fullmatch(value):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate: write a count and a period, such as 30/h or 50/15m."
+        )
+    return value
 
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -325,6 +342,11 @@ MEMORYHUB_TOOL_DEADLINE_SECONDS = envfloat("MEMORYHUB_TOOL_DEADLINE_SECONDS", 25
 MEMORYHUB_RATE_PER_MINUTE = envint("MEMORYHUB_RATE_PER_MINUTE", 60)
 MEMORYHUB_RATE_BURST = envint("MEMORYHUB_RATE_BURST", 10)
 MEMORYHUB_ALLOWED_ORIGINS = envlist("MEMORYHUB_ALLOWED_ORIGINS", BASE_URL)
+# Per client address (the connecting one, or what MEMORYHUB_TRUSTED_PROXIES forward):
+# open client registrations, and failed sign-ins. Raise them when many people share
+# one address (a company's NAT) or a proxy is not configured as trusted.
+MEMORYHUB_REGISTRATIONS_PER_ADDRESS = envrate("MEMORYHUB_REGISTRATIONS_PER_ADDRESS", "30/h")
+MEMORYHUB_SIGNIN_FAILURES_PER_ADDRESS = envrate("MEMORYHUB_SIGNIN_FAILURES_PER_ADDRESS", "50/15m")
 
 # Edge deployment (memoryhub/oauth/exchange.py, memoryhub/mcp_adapter/internal_api.py): edge
 # processes exchange each caller's token for a short-lived memory-service

@@ -41,11 +41,10 @@ from memoryhub.oauth.policy import (
 )
 from memoryhub.oauth.signin import WORKSPACE_COOKIE, SignInForm
 
-# Failed sign-ins allowed per window, per username and per client address.
+# Failed sign-ins allowed per window per username; per client address, and open
+# registrations per address (anonymous: bound how fast one address adds clients),
+# are settings (MEMORYHUB_SIGNIN_FAILURES_PER_ADDRESS, MEMORYHUB_REGISTRATIONS_PER_ADDRESS).
 LOGIN_FAILURES_PER_USERNAME = "5/15m"
-LOGIN_FAILURES_PER_ADDRESS = "50/15m"
-# Open registration is anonymous: bound how fast one address can add clients.
-REGISTRATIONS_PER_ADDRESS = "30/h"
 MAX_REGISTRATION_BYTES = 16 * 1024
 
 
@@ -59,7 +58,7 @@ def _login_username(group: str, request: HttpRequest) -> str:
 
 def _login_failures(request: HttpRequest, *, increment: bool) -> list[dict]:
     checks = [("login.username", _login_username, LOGIN_FAILURES_PER_USERNAME),
-              ("login.address", "ip", LOGIN_FAILURES_PER_ADDRESS)]
+              ("login.address", "ip", settings.MEMORYHUB_SIGNIN_FAILURES_PER_ADDRESS)]
     usages = [
         get_usage(request, group=group, key=key, rate=rate, method="POST", increment=increment)
         for group, key, rate in checks
@@ -269,7 +268,8 @@ class RegisterClientView(DynamicClientRegistrationView):
     authorization code with PKCE, https or loopback redirect URIs, memory scopes."""
 
     def post(self, request, *args, **kwargs):
-        usage = get_usage(request, group="oauth.register", key="ip", rate=REGISTRATIONS_PER_ADDRESS,
+        usage = get_usage(request, group="oauth.register", key="ip",
+                          rate=settings.MEMORYHUB_REGISTRATIONS_PER_ADDRESS,
                           method="POST", increment=True)
         if usage is not None and usage["should_limit"]:
             response = _registration_error("too_many_requests", "Too many registrations; try later.", 429)
