@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Count, Q
 from django.utils.text import slugify
 
 from memoryhub import access
@@ -45,24 +46,34 @@ def workspace_create(*, caller: Operator, slug: str, name: str = "", exist_ok: b
 @dataclass(frozen=True)
 class Overview:
     workspace: Tenant
-    members: int
+    members: int  # who can sign in
+    members_inactive: int  # deactivated or removed
     roles: int
     collections: int
     rules: int
-    sources: int
+    sources: int  # feeding shared memory: neither disabled nor revoked
+    sources_paused: int  # disabled (revoked ones are gone for good and not counted)
     agents: int
     pending: int
 
 
 def workspace_overview(*, caller: Caller) -> Overview:
     tenant = access.require_admin(caller)
+    active = Q(user__is_active=True, removed_at__isnull=True)
+    members = Membership.objects.filter(tenant=tenant, user__tenant=tenant).aggregate(
+        active=Count("pk", filter=active), inactive=Count("pk", filter=~active))
+    live = Source.objects.filter(tenant=tenant, agent__revoked_at__isnull=True).aggregate(
+        feeding=Count("pk", filter=Q(disabled_at__isnull=True)),
+        paused=Count("pk", filter=Q(disabled_at__isnull=False)))
     return Overview(
         workspace=tenant,
-        members=Membership.objects.filter(tenant=tenant, user__tenant=tenant).count(),
+        members=members["active"],
+        members_inactive=members["inactive"],
         roles=Role.objects.filter(tenant=tenant).count(),
         collections=Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).count(),
         rules=AccessRule.objects.filter(tenant=tenant).count(),
-        sources=Source.objects.filter(tenant=tenant).count(),
+        sources=live["feeding"],
+        sources_paused=live["paused"],
         agents=Agent.objects.filter(tenant=tenant, kind=Agent.Kind.ASSISTANT, revoked_at__isnull=True).count(),
         pending=Proposal.objects.filter(tenant=tenant, state=Proposal.State.PENDING).count(),
     )
