@@ -177,7 +177,8 @@ def password_page(request: SignedInRequest) -> HttpResponse:
 def connected_apps_page(request: SignedInRequest) -> HttpResponse:
     apps = connected_apps.connected_apps_list(caller=person_caller(request))
     return render(request, "account/connected_apps.html",
-                  {"apps": apps, "token_minutes": PERSON_TOKEN_SECONDS // 60})
+                  {"apps": apps, "connected": sum(app.connected for app in apps),
+                   "token_minutes": PERSON_TOKEN_SECONDS // 60})
 
 
 @require_POST

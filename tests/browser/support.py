@@ -74,17 +74,18 @@ def shoot(page, name: str) -> None:
     page.screenshot(path=str(SCREENS / f"{name}.png"), full_page=True)
 
 
-def fits_a_phone(page) -> bool:
-    """The page at 360 px wide: no sideways scrolling, its main buttons still a finger wide."""
+def fits_a_phone(page, width: int = PHONE["width"]) -> bool:
+    """The page `width` px wide (360 unless said): no sideways scrolling, its main buttons
+    still a finger wide."""
     size = page.viewport_size
-    page.set_viewport_size(PHONE)
+    page.set_viewport_size({**PHONE, "width": width})
     try:
-        width = page.evaluate("document.documentElement.scrollWidth")
+        page_width = page.evaluate("document.documentElement.scrollWidth")
         small = page.evaluate(
             "[...document.querySelectorAll('main .button')]"
             ".filter(b => b.offsetParent && b.getBoundingClientRect().height < 36).length"
         )
-        return width <= PHONE["width"] and small == 0
+        return page_width <= width and small == 0
     finally:
         page.set_viewport_size(size)
 
