@@ -12,6 +12,7 @@ from django.core.management.base import CommandError
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import MemoryhubError
+from memoryhub.services.arguments import storable
 from memoryhub.services.workspaces import workspace_get
 
 
@@ -27,6 +28,6 @@ def acting_caller(workspace: str, acting_as: str = "") -> Caller:
         tenant = workspace_get(slug=workspace)
         if not acting_as:
             return access.system_caller(tenant=tenant)
-        return access.admin_named(tenant=tenant, username=acting_as, client_id="manage.py")
+        return access.admin_named(tenant=tenant, username=storable(acting_as, field="as"), client_id="manage.py")
     except MemoryhubError as exc:
         raise CommandError(exc.message) from exc

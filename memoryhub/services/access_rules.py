@@ -40,6 +40,18 @@ def access_rule_grant(*, caller: Caller, role: str, collection: str, exist_ok: b
     return AccessRule.objects.create(tenant=tenant, role=role_obj, collection=collection_obj)
 
 
+def access_rule_get(*, caller: Caller, role: str, collection: str) -> AccessRule:
+    """The rule letting `role` read `collection` (both by name); NotFound when there is none."""
+    tenant = access.require_admin(caller)
+    role_obj = roles_named(tenant, [role])[0]
+    collection_obj = collection_get(caller=caller, name=collection)
+    rule = AccessRule.objects.filter(tenant=tenant, role=role_obj, collection=collection_obj).select_related(
+        "role", "collection").first()
+    if rule is None:
+        raise NotFound(f"{role_obj.name} may not read {collection_obj.name}: there is no such rule.")
+    return rule
+
+
 @transaction.atomic
 def access_rule_revoke(*, caller: Caller, rule_id: int) -> AccessRule:
     tenant = access.require_admin(caller)

@@ -18,6 +18,7 @@ from memoryhub import access
 from memoryhub.access import AGENT_SCOPES, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Agent, User
+from memoryhub.services.arguments import checked_text, storable
 from memoryhub.services.roles import roles_named
 
 AGENT_NAME_MAX_CHARS = 64
@@ -38,6 +39,7 @@ def agents_list(*, caller: Caller) -> QuerySet[Agent]:
 
 def agent_get(*, caller: Caller, name: str) -> Agent:
     tenant = access.require_admin(caller)
+    name = storable(name, field="name")
     agent = Agent.objects.filter(tenant=tenant, name=name, kind=Agent.Kind.ASSISTANT).first()
     if agent is None:
         raise NotFound("No such agent in this workspace.", field="name")
@@ -45,7 +47,8 @@ def agent_get(*, caller: Caller, name: str) -> Agent:
 
 
 def agent_name(name: str) -> str:
-    slug = slugify(name)[:AGENT_NAME_MAX_CHARS]
+    """An agent's or source's name as stored; one too long or unstorable is refused, not cut."""
+    slug = slugify(checked_text(name, field="name", max_chars=AGENT_NAME_MAX_CHARS))
     if not slug:
         raise InvalidArgument("A name needs letters, digits or hyphens.", field="name")
     return slug

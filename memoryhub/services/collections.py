@@ -30,6 +30,7 @@ from memoryhub.models import (
     ResourceVersion,
     Source,
 )
+from memoryhub.services.arguments import checked_text, storable
 
 COLLECTION_NAME_MAX_CHARS = 64
 DESCRIPTION_MAX_CHARS = 200
@@ -48,9 +49,10 @@ def collection_get(*, caller: Caller, collection_id: int | None = None, name: st
     tenant = access.require_admin(caller)
     collections = Collection.objects.filter(tenant=tenant, deleted_at__isnull=True)
     collection = (collections.filter(pk=collection_id) if collection_id is not None
-                  else collections.filter(name=name or "")).first()
+                  else collections.filter(name=storable(name or "", field="collection"))).first()
     if collection is None:
-        raise NotFound("No such collection in this workspace.", field="collection")
+        raise NotFound(f"No collection named {name!r} in this workspace." if collection_id is None
+                       else "No such collection in this workspace.", field="collection")
     return collection
 
 
@@ -63,11 +65,13 @@ def collection_create(*, caller: Caller, name: str, description: str = "", exist
         if exist_ok:
             return existing
         raise Conflict(f"A collection named {slug!r} already exists.", field="name")
-    return Collection.objects.create(tenant=tenant, name=slug, description=description[:DESCRIPTION_MAX_CHARS])
+    description = checked_text(description, field="description", max_chars=DESCRIPTION_MAX_CHARS)
+    return Collection.objects.create(tenant=tenant, name=slug, description=description)
 
 
 def _slug(name: str) -> str:
-    slug = slugify(name)[:COLLECTION_NAME_MAX_CHARS]
+    """A name that is too long or cannot be stored is refused, not cut."""
+    slug = slugify(checked_text(name, field="name", max_chars=COLLECTION_NAME_MAX_CHARS))
     if not slug:
         raise InvalidArgument("A collection needs a name of letters, digits or hyphens.", field="name")
     return slug

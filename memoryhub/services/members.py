@@ -35,7 +35,8 @@ from oauth2_provider.models import AccessToken, Grant, RefreshToken
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
-from memoryhub.models import Membership, User
+from memoryhub.models import Membership, Tenant, User
+from memoryhub.services.arguments import storable
 from memoryhub.services.roles import roles_named
 
 _USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
@@ -59,7 +60,7 @@ def member_get(*, caller: Caller, user_id: int | None = None, username: str | No
     if user_id is not None:
         membership = memberships.filter(user_id=user_id).first()
     else:
-        membership = memberships.filter(user__username__iexact=username or "").first()
+        membership = memberships.filter(user__username__iexact=storable(username or "", field="username")).first()
     if membership is None:
         raise NotFound("No such person in this workspace.")
     return membership
@@ -119,6 +120,48 @@ def member_update(*, caller: Caller, user_id: int, roles: Sequence[str], is_admi
     if membership.is_admin and not is_admin:
         _keeps_an_admin(tenant, membership)
     membership.roles.set(roles_named(tenant, roles))
+    membership.is_admin = is_admin
+    membership.save(update_fields=["is_admin"])
+    return membership
+
+
+def _member_locked(caller: Caller, user_id: int) -> tuple[Tenant, Membership]:
+    """The caller's member, locked after every admin's row (in that one order),
+    for a change to their roles or admin flag; a removed one is refused."""
+    tenant = access.require_admin(caller)
+    pk = member_get(caller=caller, user_id=user_id).pk
+    _admins_locked(tenant)
+    membership = Membership.objects.select_for_update().select_related("user").get(pk=pk)
+    if membership.removed_at is not None:
+        raise Conflict("This person was removed; reactivate them before giving them roles.", field="user")
+    return tenant, membership
+
+
+@transaction.atomic
+def member_role_add(*, caller: Caller, user_id: int, role: str) -> Membership:
+    """Give a member one more role (by name), from their next read on; giving
+    one they hold already changes nothing."""
+    tenant, membership = _member_locked(caller, user_id)
+    membership.roles.add(*roles_named(tenant, [role]))
+    return membership
+
+
+@transaction.atomic
+def member_role_remove(*, caller: Caller, user_id: int, role: str) -> Membership:
+    """Take one role (by name) from a member, from their next read on; one they
+    do not hold changes nothing."""
+    tenant, membership = _member_locked(caller, user_id)
+    membership.roles.remove(*roles_named(tenant, [role]))
+    return membership
+
+
+@transaction.atomic
+def member_set_admin(*, caller: Caller, user_id: int, is_admin: bool) -> Membership:
+    """Make a member a workspace admin, or an ordinary member again (the
+    workspace keeps an active admin)."""
+    tenant, membership = _member_locked(caller, user_id)
+    if membership.is_admin and not is_admin:
+        _keeps_an_admin(tenant, membership)
     membership.is_admin = is_admin
     membership.save(update_fields=["is_admin"])
     return membership

@@ -5,25 +5,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils.text import slugify
 
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Role, Tenant
+from memoryhub.services.arguments import checked_text
 
 ROLE_NAME_MAX_CHARS = 64
 DESCRIPTION_MAX_CHARS = 200
 
 
 def roles_list(*, caller: Caller) -> QuerySet[Role]:
+    """The workspace's roles, each with how many people (not removed) and live
+    agents hold it (`people_count`, `agent_count`) and its rules (`access_rules`)."""
     tenant = access.require_admin(caller)
-    return Role.objects.filter(tenant=tenant).order_by("name")
+    return (Role.objects.filter(tenant=tenant).prefetch_related("access_rules__collection")
+            .annotate(people_count=Count("memberships", filter=Q(memberships__removed_at__isnull=True), distinct=True),
+                      agent_count=Count("agents", filter=Q(agents__revoked_at__isnull=True), distinct=True))
+            .order_by("name"))
+
+
+def role_get(*, caller: Caller, name: str) -> Role:
+    """A role of the caller's workspace, by name; NotFound otherwise."""
+    tenant = access.require_admin(caller)
+    role = Role.objects.filter(tenant=tenant, name=role_name(name)).first()
+    if role is None:
+        raise NotFound(f"No role named {name!r} in this workspace.", field="role")
+    return role
 
 
 def role_name(name: str) -> str:
-    clean = slugify(name)[:ROLE_NAME_MAX_CHARS]
+    """The role's name as stored (lower case, letters, digits and hyphens); a
+    name that is too long or cannot be stored is refused, not cut."""
+    clean = slugify(checked_text(name, field="name", max_chars=ROLE_NAME_MAX_CHARS))
     if not clean:
         raise InvalidArgument("A role needs a name of letters, digits or hyphens.", field="name")
     return clean
@@ -38,7 +55,8 @@ def role_create(*, caller: Caller, name: str, description: str = "", exist_ok: b
         if exist_ok:
             return existing
         raise Conflict(f"A role named {slug!r} already exists.", field="name")
-    return Role.objects.create(tenant=tenant, name=slug, description=description[:DESCRIPTION_MAX_CHARS])
+    description = checked_text(description, field="description", max_chars=DESCRIPTION_MAX_CHARS)
+    return Role.objects.create(tenant=tenant, name=slug, description=description)
 
 
 @transaction.atomic

@@ -29,6 +29,7 @@ from memoryhub.services.agents import (
     credentials_rotate,
     name_taken,
 )
+from memoryhub.services.arguments import checked_text, storable
 from memoryhub.services.collections import collection_get
 
 SOURCE_KIND_MAX_CHARS = 64
@@ -42,6 +43,7 @@ def sources_list(*, caller: Caller) -> QuerySet[Source]:
 def source_get(*, caller: Caller, name: str) -> Source:
     """A live connected source of the caller's workspace, by name (a revoked one is refused)."""
     tenant = access.require_admin(caller)
+    name = storable(name, field="source")
     source = Source.objects.select_related("agent", "tenant").filter(tenant=tenant, agent__name=name).first()
     if source is None:
         raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
@@ -67,6 +69,7 @@ def source_register(
     `collection` (by name) by default."""
     tenant = access.require_admin(caller)
     slug = agent_name(name)
+    kind = checked_text(kind, field="kind", max_chars=SOURCE_KIND_MAX_CHARS).strip() or "documents"
     if name_taken(tenant, slug):
         raise Conflict(f"An agent or source named {slug!r} already exists in this workspace.", field="name")
     default_collection = collection_get(caller=caller, name=collection) if collection else None
@@ -75,7 +78,7 @@ def source_register(
         tenant=tenant, name=slug, display_name=name[:DISPLAY_NAME_MAX_CHARS], kind=Agent.Kind.SOURCE,
         application=application, scopes=INGEST_SCOPE, created_by=caller.user,
     )
-    source = Source.objects.create(tenant=tenant, agent=agent, kind=(kind or "documents")[:SOURCE_KIND_MAX_CHARS],
+    source = Source.objects.create(tenant=tenant, agent=agent, kind=kind,
                                    default_collection=default_collection)
     return source, AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)
 

@@ -14,6 +14,7 @@ from memoryhub import access
 from memoryhub.access import Caller, Operator
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import AccessRule, Agent, Collection, Membership, Proposal, Role, Source, Tenant
+from memoryhub.services.arguments import checked_text, storable
 
 BLOCKED_TERMS_MAX = 200
 BLOCKED_TERM_MAX_CHARS = 100
@@ -23,7 +24,7 @@ NAME_MAX_CHARS = 200
 
 def workspace_get(*, slug: str) -> Tenant:
     """The workspace with this slug (for commands, which name one)."""
-    tenant = Tenant.objects.filter(slug=slug).first()
+    tenant = Tenant.objects.filter(slug=storable(slug, field="workspace")).first()
     if tenant is None:
         raise NotFound(f"No workspace named {slug!r}.", field="workspace")
     return tenant
@@ -32,7 +33,9 @@ def workspace_get(*, slug: str) -> Tenant:
 @transaction.atomic
 def workspace_create(*, caller: Operator, slug: str, name: str = "", exist_ok: bool = False) -> Tenant:
     access.require_operator(caller)
-    clean = slugify(slug)[:SLUG_MAX_CHARS]
+    # Too long or unstorable is refused, not cut.
+    clean = slugify(checked_text(slug, field="slug", max_chars=SLUG_MAX_CHARS))
+    name = checked_text(name, field="name", max_chars=NAME_MAX_CHARS)
     if not clean:
         raise InvalidArgument("A workspace needs a slug of letters, digits or hyphens.", field="slug")
     existing = Tenant.objects.filter(slug=clean).first()
@@ -40,7 +43,7 @@ def workspace_create(*, caller: Operator, slug: str, name: str = "", exist_ok: b
         if exist_ok:
             return existing
         raise Conflict(f"A workspace named {clean!r} already exists.", field="slug")
-    return Tenant.objects.create(slug=clean, name=(name or clean)[:NAME_MAX_CHARS])
+    return Tenant.objects.create(slug=clean, name=name or clean)
 
 
 @dataclass(frozen=True)

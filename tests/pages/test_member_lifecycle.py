@@ -104,7 +104,7 @@ def test_the_members_page_buttons(people):
 def test_the_command(people, capsys):
     call_command("person", "acme", "cleo", "deactivate", json=True)
     assert json.loads(capsys.readouterr().out) == {"username": "cleo", "active": False, "removed": False,
-                                                   "admin": False}
+                                                   "admin": False, "roles": ["engineering"]}
     call_command("person", "acme", "cleo", "reactivate")
     assert User.objects.get(pk=people.cleo.pk).is_active
 

@@ -2,35 +2,33 @@ import getpass
 import os
 import sys
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import transaction
 
-from memoryhub.errors import MemoryhubError, NotFound
-from memoryhub.management.acting import acting_caller, add_acting_argument
+from memoryhub.errors import NotFound
+from memoryhub.management.answers import WorkspaceCommand
+from memoryhub.management.commands.person import person_state
 from memoryhub.services import members
 from memoryhub.services.roles import role_create
 
 
-class Command(BaseCommand):
+class Command(WorkspaceCommand):
     help = (
         "Add a person to a workspace with roles, or update the roles and admin flag of one already there "
         "(idempotent; roles that do not exist yet are created). The password comes from the environment "
         "variable named by --password-env (default MEMORYHUB_PASSWORD) or is prompted."
     )
 
-    def add_arguments(self, parser):
-        parser.add_argument("workspace")
+    def add_operation_arguments(self, parser):
         parser.add_argument("username")
         parser.add_argument("--email", default="")
         parser.add_argument("--roles", default="", help="Comma-separated role names.")
         parser.add_argument("--admin", action="store_true", help="Make the person a workspace admin.")
         parser.add_argument("--password-env", default="MEMORYHUB_PASSWORD")
         parser.add_argument("--no-password", action="store_true", help="Create without a usable password.")
-        add_acting_argument(parser)
 
-    def handle(self, *args, workspace, username, email, roles: str, admin, password_env, no_password, acting_as,
-               **options):
-        caller = acting_caller(workspace, acting_as)
+    def handle(self, *args, username, email, roles: str, admin, password_env, no_password, **options):
+        caller = self.caller(options)
         password = None
         if not no_password:
             password = os.environ.get(password_env)
@@ -39,26 +37,22 @@ class Command(BaseCommand):
                     raise CommandError(f"Set {password_env} or pass --no-password: there is no terminal to prompt.")
                 password = getpass.getpass(f"Password for {username}: ")
         wanted = [name.strip() for name in roles.split(",") if name.strip()]
-        try:
-            with transaction.atomic():
-                for name in wanted:
-                    role_create(caller=caller, name=name, exist_ok=True)
-                try:
-                    membership = members.member_get(caller=caller, username=username)
-                except NotFound:
-                    user = members.member_add(caller=caller, username=username, password=password, email=email,
-                                              roles=wanted, is_admin=admin)
-                    membership = user.membership
-                else:
-                    held = [role.name for role in membership.roles.all()]
-                    membership = members.member_update(caller=caller, user_id=membership.user_id,
-                                                       roles=sorted({*held, *wanted}),
-                                                       is_admin=admin or membership.is_admin)
-                    if password:
-                        members.member_set_password(caller=caller, user_id=membership.user_id, password=password)
-        except MemoryhubError as exc:
-            raise CommandError(exc.message) from exc
-        roles_now = ", ".join(r.name for r in membership.roles.all()) or "no roles"
-        kind = "admin" if membership.is_admin else "member"
-        self.stdout.write(f"person {membership.user.username} in {workspace}: {kind}, {roles_now}")
-
+        with transaction.atomic():
+            for name in wanted:
+                role_create(caller=caller, name=name, exist_ok=True)
+            try:
+                membership = members.member_get(caller=caller, username=username)
+            except NotFound:
+                user = members.member_add(caller=caller, username=username, password=password, email=email,
+                                          roles=wanted, is_admin=admin)
+                membership = user.membership
+            else:
+                held = [role.name for role in membership.roles.all()]
+                membership = members.member_update(caller=caller, user_id=membership.user_id,
+                                                   roles=sorted({*held, *wanted}),
+                                                   is_admin=admin or membership.is_admin)
+                if password:
+                    members.member_set_password(caller=caller, user_id=membership.user_id, password=password)
+        state = person_state(membership)
+        kind, held = "admin" if state["admin"] else "member", ", ".join(state["roles"]) or "no roles"
+        self.answer(options, state, f"person {state['username']} in {options['workspace']}: {kind}, {held}")

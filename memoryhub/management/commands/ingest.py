@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
 from memoryhub.celery import app as celery_app
 from memoryhub.errors import MemoryhubError, NotFound
-from memoryhub.management.acting import acting_caller, add_acting_argument
+from memoryhub.management.answers import WorkspaceCommand
 from memoryhub.models import Source
 from memoryhub.services import enrichment, ingest
 from memoryhub.services.sources import source_feeding
@@ -157,11 +157,10 @@ def _count(path: Path, is_folder: bool) -> int:
         return sum(1 for line in handle if line.strip())
 
 
-class Command(BaseCommand):
+class Command(WorkspaceCommand):
     help = "Ingest a folder of Markdown/text files or a JSON Lines export into a connected source's memory."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("workspace", help="Workspace slug.")
+    def add_operation_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("source", help="The connected source's name.")
         parser.add_argument("path", help="A folder, or a .jsonl/.ndjson file.")
         parser.add_argument("--collection", default=None,
@@ -175,21 +174,17 @@ class Command(BaseCommand):
         parser.add_argument("--embed-here", action="store_true",
                             help="After ingesting, embed what is pending in this process (no worker needed).")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
-        add_acting_argument(parser)
 
-    def handle(self, *args: Any, workspace: str, source: str, path: str, collection: str | None,
-               delete_missing: bool, wait: bool, embed_here: bool, no_progress: bool, acting_as: str,
-               wait_timeout: float, **options: Any) -> None:
+    def handle(self, *args: Any, source: str, path: str, collection: str | None, delete_missing: bool, wait: bool,
+               embed_here: bool, no_progress: bool, wait_timeout: float, **options: Any) -> None:
         root = Path(path)
         is_folder = root.is_dir()
         if not is_folder and not (root.is_file() and root.suffix.lower() in JSONL_SUFFIXES):
             raise CommandError(f"{path} is neither a folder nor a .jsonl/.ndjson file.")
         if delete_missing and not is_folder:
             raise CommandError("--delete-missing applies to a folder; a JSON Lines export says what it deletes.")
-        try:
-            src = source_feeding(caller=acting_caller(workspace, acting_as), name=source)
-        except MemoryhubError as exc:
-            raise CommandError(exc.message) from exc
+        self.json = options["json"]
+        src = source_feeding(caller=self.caller(options), name=source)
 
         stored = ingest.source_documents(source=src)
         seen: set[str] = set()
@@ -214,16 +209,25 @@ class Command(BaseCommand):
 
         kinds = ("created", "updated", "unchanged", "deleted", "replaced", "failed")
         replaced = f", {tally['replaced']} replaced by a later line" if tally["replaced"] else ""
-        self.stdout.write(
+        summary = (
             f"{sum(tally[k] for k in kinds)} documents: "
             f"{tally['created']} created, {tally['updated']} updated, {tally['unchanged']} unchanged, "
             f"{tally['deleted']} deleted{replaced}, {tally['failed']} failed; "
             f"{tally['added']} fragments added, {tally['retired']} retired."
         )
+        if not options["json"]:
+            self.stdout.write(summary)
         if embed_here:
             self._embed_here(src, no_progress)
         elif wait:
             self._wait(src, no_progress, wait_timeout)
+        if options["json"]:
+            self.answer(options, {
+                "source": src.agent.name, "documents": {kind: tally[kind] for kind in kinds},
+                "fragments_added": tally["added"], "fragments_retired": tally["retired"],
+                "pending_embedding": ingest.source_progress(source=src)["pending_embedding"],
+                "refused": failures,
+            }, summary)
         if failures:
             for line in failures[:50]:
                 self.stderr.write(f"  {line}")
@@ -276,7 +280,7 @@ class Command(BaseCommand):
                 bar.update(run.embedded)
                 if not run.more:
                     break
-        self.stdout.write("Every fragment is embedded.")
+        self.embedded_line()
 
     def _wait(self, src: Source, no_progress: bool, timeout: float) -> None:
         """Wait for the workers to embed what this source sent: progress, the
@@ -301,7 +305,11 @@ class Command(BaseCommand):
                     moved = time.monotonic()
                 bar.update(max(0, pending - now_pending))
                 pending = now_pending
-        self.stdout.write("Every fragment is embedded.")
+        self.embedded_line()
+
+    def embedded_line(self) -> None:
+        if not self.json:
+            self.stdout.write("Every fragment is embedded.")
 
     @staticmethod
     def _stuck(pending: int, timeout: float) -> str:

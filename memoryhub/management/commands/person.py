@@ -1,38 +1,58 @@
-import json
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from memoryhub.management.answers import WorkspaceCommand
+from memoryhub.models import Membership
+from memoryhub.services import collections, members
 
-from memoryhub.errors import MemoryhubError
-from memoryhub.management.acting import acting_caller, add_acting_argument
-from memoryhub.services import members
-
-ACTIONS = {
+LIFECYCLE = {
     "deactivate": members.member_deactivate,
     "reactivate": members.member_reactivate,
     "remove": members.member_remove,
 }
+ADMIN_FLAG = {"grant-admin": True, "revoke-admin": False}
 
 
-class Command(BaseCommand):
-    help = ("Deactivate a person (signed out, every app disconnected at once), reactivate them, or remove them "
-            "from the workspace (deactivated, no roles; their memory kept, readable by nobody, until erased).")
+def person_state(membership: Membership) -> dict[str, Any]:
+    """A person as every command answers them."""
+    return {"username": membership.user.username, "active": membership.user.is_active,
+            "removed": membership.removed_at is not None, "admin": membership.is_admin,
+            "roles": sorted(role.name for role in membership.roles.all())}
 
-    def add_arguments(self, parser):
-        parser.add_argument("workspace")
-        parser.add_argument("username")
-        parser.add_argument("action", choices=sorted(ACTIONS))
-        parser.add_argument("--json", action="store_true", help="Print the result as one JSON object.")
-        add_acting_argument(parser)
 
-    def handle(self, *args, workspace, username, action, acting_as, **options):
-        caller = acting_caller(workspace, acting_as)
-        try:
-            person = members.member_get(caller=caller, username=username).user
-            membership = ACTIONS[action](caller=caller, user_id=person.pk)
-        except MemoryhubError as exc:
-            raise CommandError(exc.message) from exc
-        state = {"username": membership.user.username, "active": membership.user.is_active,
-                 "removed": membership.removed_at is not None, "admin": membership.is_admin}
-        self.stdout.write(json.dumps(state) if options["json"] else
-                          f"{state['username']}: {'active' if state['active'] else 'inactive'}"
-                          f"{', removed' if state['removed'] else ''}.")
+def person_line(state: dict[str, Any]) -> str:
+    return (f"{state['username']}: {'admin' if state['admin'] else 'member'}, "
+            f"{'active' if state['active'] else 'inactive'}{', removed' if state['removed'] else ''}; "
+            f"roles: {', '.join(state['roles']) or 'none'}")
+
+
+class Command(WorkspaceCommand):
+    help = ("Without a username: everyone in the workspace. With one: show them (roles, admin flag, the collections "
+            "they may read), make them an admin (grant-admin) or an ordinary member (revoke-admin), deactivate them "
+            "(signed out, every app disconnected at once), reactivate them, or remove them from the workspace "
+            "(deactivated, no roles; their memory kept, readable by nobody, until erased). Roles: `manage.py role`.")
+
+    def add_operation_arguments(self, parser):
+        parser.add_argument("username", nargs="?", help="A person's login name (none: list everyone).")
+        parser.add_argument("action", nargs="?", default="show",
+                            choices=["show", *sorted(LIFECYCLE), *sorted(ADMIN_FLAG)])
+
+    def handle(self, *args, username, action, **options):
+        caller = self.caller(options)
+        if username is None:
+            people = [person_state(membership) for membership in members.members_list(caller=caller)]
+            self.answer(options, {"people": people}, [person_line(state) for state in people] or "Nobody yet.")
+            return
+        membership = members.member_get(caller=caller, username=username)
+        if action == "show":
+            state = person_state(membership)
+            state["reads"] = [collection.name for collection in
+                              collections.member_readable_collections(caller=caller, user_id=membership.user_id)]
+            self.answer(options, state, [person_line(state), f"reads: {', '.join(state['reads']) or 'nothing shared'}"])
+            return
+        if action in ADMIN_FLAG:
+            membership = members.member_set_admin(caller=caller, user_id=membership.user_id,
+                                                  is_admin=ADMIN_FLAG[action])
+        else:
+            membership = LIFECYCLE[action](caller=caller, user_id=membership.user_id)
+        state = person_state(membership)
+        self.answer(options, state, person_line(state))

@@ -1,21 +1,14 @@
-from django.core.management.base import BaseCommand, CommandError
-
-from memoryhub.errors import MemoryhubError
-from memoryhub.management.acting import acting_caller, add_acting_argument
+from memoryhub.management.answers import WorkspaceCommand
 from memoryhub.services.agents import agent_revoke
 
 
-class Command(BaseCommand):
+class Command(WorkspaceCommand):
     help = "Revoke an agent: its credentials and every token it holds stop working now."
 
-    def add_arguments(self, parser):
-        parser.add_argument("workspace")
+    def add_operation_arguments(self, parser):
         parser.add_argument("name")
-        add_acting_argument(parser)
 
-    def handle(self, *args, workspace, name, acting_as, **options):
-        try:
-            agent = agent_revoke(caller=acting_caller(workspace, acting_as), name=name)
-        except MemoryhubError as exc:
-            raise CommandError(exc.message) from exc
-        self.stdout.write(f"agent {agent.name} in {workspace} revoked")
+    def handle(self, *args, name, **options):
+        agent = agent_revoke(caller=self.caller(options), name=name)
+        self.answer(options, {"name": agent.name, "revoked": True},
+                    f"agent {agent.name} in {options['workspace']} revoked")

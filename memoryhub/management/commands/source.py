@@ -1,48 +1,84 @@
-import json
+import contextlib
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.conf import settings
+from django.core.management.base import CommandError
+from django.urls import NoReverseMatch, reverse
 
-from memoryhub.errors import MemoryhubError
-from memoryhub.management.acting import acting_caller, add_acting_argument
+from memoryhub.access import Caller
+from memoryhub.errors import NotFound
+from memoryhub.management.answers import WorkspaceCommand
 from memoryhub.services import sources
 
 
-class Command(BaseCommand):
-    help = ("A connected source's health (status), or: disable it (the ingestion API refuses it; its memory "
-            "stays), enable it, rotate its secret (printed once), revoke it for good.")
+def source_state(health: sources.SourceHealth) -> dict[str, Any]:
+    """A connected source's health line."""
+    source = health.source
+    return {
+        "source": source.agent.name, "kind": source.kind,
+        "collection": source.default_collection.name if source.default_collection else None,
+        "state": health.state, "documents": health.documents, "deleted_documents": health.deleted_documents,
+        "fragments": health.fragments, "pending_embedding": health.pending_embedding,
+        "last_change": health.last_change.isoformat() if health.last_change else None,
+        "last_error": source.last_error or None,
+        "last_error_at": source.last_error_at.isoformat() if source.last_error_at else None,
+    }
 
-    def add_arguments(self, parser):
-        parser.add_argument("workspace")
-        parser.add_argument("name")
-        parser.add_argument("action", choices=["status", "disable", "enable", "rotate", "revoke"])
-        parser.add_argument("--json", action="store_true", help="Print the result as one JSON object.")
-        add_acting_argument(parser)
 
-    def handle(self, *args, workspace, name, action, acting_as, **options):
-        caller = acting_caller(workspace, acting_as)
-        result: dict = {"source": name}
-        try:
-            if action == "rotate":
-                credentials = sources.source_rotate_secret(caller=caller, name=name)
-                result.update(client_id=credentials.client_id, client_secret=credentials.client_secret)
-            elif action == "revoke":
-                sources.source_revoke(caller=caller, name=name)
-            elif action in ("disable", "enable"):
-                sources.source_set_enabled(caller=caller, name=name, enabled=action == "enable")
-            health = next((h for h in sources.sources_health(caller=caller) if h.source.agent.name == name), None)
-        except MemoryhubError as exc:
-            raise CommandError(exc.message) from exc
-        if health is None:
-            raise CommandError(f"No connected source named {name!r} in this workspace.")
-        result.update(
-            state=health.state, documents=health.documents, deleted_documents=health.deleted_documents,
-            fragments=health.fragments, pending_embedding=health.pending_embedding,
-            last_change=health.last_change.isoformat() if health.last_change else None,
-            last_error=health.source.last_error or None,
-            last_error_at=health.source.last_error_at.isoformat() if health.source.last_error_at else None,
-        )
-        if options["json"]:
-            self.stdout.write(json.dumps(result))
+def source_endpoints() -> dict[str, str]:
+    """Where a source gets its token and sends its documents."""
+    base = settings.BASE_URL.rstrip("/")
+    endpoints = {"token_endpoint": f"{base}{reverse('oauth2_provider:token')}"}
+    with contextlib.suppress(NoReverseMatch):  # a deployment without the ingestion API mounted
+        endpoints["ingest_endpoint"] = f"{base}{reverse('ingest-document-upsert')}"
+    return endpoints
+
+
+def _health(caller: Caller, name: str) -> sources.SourceHealth:
+    health = next((h for h in sources.sources_health(caller=caller) if h.source.agent.name == name), None)
+    if health is None:
+        raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
+    return health
+
+
+class Command(WorkspaceCommand):
+    help = ("Without a name: every connected source's health line. With one: create it (--collection: where its "
+            "documents go when they name none; its client id and secret printed once), its health (status), "
+            "or: disable it (the ingestion API and `manage.py ingest` refuse it; its memory stays), enable it, "
+            "rotate its secret (printed once), revoke it for good.")
+
+    def add_operation_arguments(self, parser):
+        parser.add_argument("name", nargs="?", help="The source (none: list the sources).")
+        parser.add_argument("action", nargs="?", default="status",
+                            choices=["create", "status", "disable", "enable", "rotate", "revoke"])
+        parser.add_argument("--collection", default=None, help="create: its default collection.")
+        parser.add_argument("--kind", default="documents", help="create: documents, tickets, chat…")
+
+    def handle(self, *args, name, action, collection, kind, **options):
+        caller = self.caller(options)
+        if name is None:
+            listed = [source_state(health) for health in sources.sources_health(caller=caller)]
+            self.answer(options, {"sources": listed}, [
+                f"{s['source']}: {s['state']}, {s['documents']} documents, {s['fragments']} fragments "
+                f"({s['pending_embedding']} waiting for their embedding)" for s in listed] or "No sources yet.")
             return
-        for key, value in result.items():
-            self.stdout.write(f"{key}: {value}")
+        if action != "create" and (collection is not None or kind != "documents"):
+            raise CommandError("--collection and --kind are for create.")
+        result: dict[str, Any] = {}
+        if action in ("create", "rotate"):
+            if action == "create":
+                _, credentials = sources.source_register(caller=caller, name=name, kind=kind, collection=collection)
+                name = credentials.agent.name
+            else:
+                credentials = sources.source_rotate_secret(caller=caller, name=name)
+            result.update(client_id=credentials.client_id, client_secret=credentials.client_secret,
+                          **source_endpoints())
+        elif action == "revoke":
+            sources.source_revoke(caller=caller, name=name)
+        elif action in ("disable", "enable"):
+            sources.source_set_enabled(caller=caller, name=name, enabled=action == "enable")
+        result = {**source_state(_health(caller, name)), **result}
+        lines = [f"{key}: {value}" for key, value in result.items()]
+        if "client_secret" in result:
+            lines.append("The secret is shown once: store it now (grant_type=client_credentials, scope ingest).")
+        self.answer(options, result, lines)
