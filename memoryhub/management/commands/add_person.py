@@ -54,5 +54,5 @@ class Command(WorkspaceCommand):
                 if password:
                     members.member_set_password(caller=caller, user_id=membership.user_id, password=password)
         state = person_state(membership)
-        kind, held = "admin" if state["admin"] else "member", ", ".join(state["roles"]) or "no roles"
-        self.answer(options, state, f"person {state['username']} in {options['workspace']}: {kind}, {held}")
+        kind, roles_now = "admin" if state["admin"] else "member", ", ".join(state["roles"]) or "no roles"
+        self.answer(options, state, f"person {state['username']} in {options['workspace']}: {kind}, {roles_now}")
