@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import uuid
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import update_session_auth_hash
 from django.http import HttpRequest, HttpResponse
@@ -17,8 +18,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_ratelimit.decorators import ratelimit
 
 from memoryhub import access, errors
-from memoryhub.oauth.policy import PERSON_TOKEN_SECONDS
+from memoryhub.oauth.policy import AGENT_TOKEN_SECONDS, PERSON_TOKEN_SECONDS
 from memoryhub.pages.callers import SignedInRequest, login_required, person_caller
+from memoryhub.pages.client_configs import client_configs
 from memoryhub.pages.forms import PasswordChangeForm, SearchForm, form_error
 from memoryhub.services import connected_apps, fragments, members, portability, proposals, receipts
 from memoryhub.services.search import fragments_search
@@ -170,6 +172,18 @@ def password_page(request: SignedInRequest) -> HttpResponse:
                 return redirect("password_change")
         return render(request, "account/password.html", {"form": form}, status=400)
     return render(request, "account/password.html", {"form": form})
+
+
+@require_GET
+@login_required
+def connect_page(request: SignedInRequest) -> HttpResponse:
+    """How to connect each MCP client to this server, made for its public address."""
+    caller = person_caller(request)
+    return render(request, "account/connect.html", {
+        "configs": client_configs(settings.BASE_URL), "tenant": caller.tenant,
+        "token_minutes": PERSON_TOKEN_SECONDS // 60, "agent_token_minutes": AGENT_TOKEN_SECONDS // 60,
+        "metadata_documents": settings.OAUTH2_PROVIDER.get("CIMD_ENABLED", True),
+    })
 
 
 @require_GET

@@ -11,6 +11,7 @@ people_urls = [
     path("memory/<uuid:fragment_id>/forget/", people.fragment_forget, name="fragment_forget"),
     path("receipts/", people.receipt_list, name="receipt_list"),
     path("receipts/<str:receipt_id>/", people.receipt_detail, name="receipt_detail"),
+    path("connect/", people.connect_page, name="connect"),
     path("account/apps/", people.connected_apps_page, name="connected_apps"),
     path("account/password/", people.password_page, name="password_change"),
     path("account/apps/<int:application_id>/disconnect/", people.disconnect_app, name="disconnect_app"),

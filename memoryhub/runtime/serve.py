@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"\nmemoryhub is running.\n  sign in:      {base}/accounts/login/\n"
                 f"  review queue: {base}/reviews/\n  MCP endpoint: {base}/mcp  (read-only: {base}/mcp/readonly)\n"
+                f"  connect:      {base}/connect/  (what to paste into each MCP client)\n"
                 f"  health:       {base}/readyz\nPress Ctrl-C to stop.\n",
                 flush=True,
             )
