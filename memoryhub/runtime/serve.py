@@ -37,10 +37,15 @@ def _wait_ready(url: str, children: list[subprocess.Popen], timeout: float = 180
     return False
 
 
+# The address `./dev serve` prints unless MEMORYHUB_HOST/MEMORYHUB_PORT say otherwise.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--host", default=os.environ.get("MEMORYHUB_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("MEMORYHUB_PORT", "8000")))
+    parser.add_argument("--host", default=os.environ.get("MEMORYHUB_HOST", DEFAULT_HOST))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("MEMORYHUB_PORT", str(DEFAULT_PORT))))
     parser.add_argument("--no-demo", action="store_true", help="Do not create the demo workspace.")
     parser.add_argument("--workers", type=int, default=1, help="Celery worker concurrency.")
     parser.add_argument("--web-workers", type=int, default=None,
