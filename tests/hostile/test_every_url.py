@@ -88,7 +88,7 @@ ROUTES = sorted({route.template: route for route in routes()}.values(), key=lamb
 def test_the_urlconf_is_walked():
     templates = {route.template for route in ROUTES}
     for expected in ("/receipts/{receipt_id}/", "/o/token/", "/o/register/", "/api/ingest/documents",
-                     "/workspace/members/{user_id}/", "/reviews/{proposal_id}/approve/", "/memory/"):
+                     "/workspace/members/{user_id}/", "/reviews/{proposal_id}/approve/", "/memory/", "/connect/"):
         assert expected in templates, sorted(templates)
 
 
