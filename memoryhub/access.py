@@ -14,8 +14,11 @@ Who is asking
 Whether a credential's holder is still entitled
   `token_holder`: one answer for the OAuth validator (refresh), the MCP token
   verifier, the token exchange and the ingestion API's authentication.
-  `grantable_scopes`: what a client may ever be issued. `require_scope`: the
-  operation -> scope table of the contract (`contract.scopes`).
+  `grantable_scopes`: what a client may ever be issued; `audience_refusal`:
+  which scopes a token for the REST admin API, or for an MCP endpoint, may
+  carry. `require_scope`: the operation -> scope table of the contract
+  (`contract.scopes`). `admin_api_caller`: who a REST admin API token stands
+  for, when they administer their workspace now.
 
 What a caller may do
   `is_admin` / `require_admin` (workspace administration, the review console),
@@ -93,7 +96,13 @@ CallerKind = Literal["user", "agent", "system"]
 AGENT_SCOPES = (MEMORY_READ, MEMORY_WRITE)
 # A connected source's credential opens the ingestion API and nothing else.
 INGEST_SCOPE = "ingest"
-__all__ = ["AGENT_SCOPES", "INGEST_SCOPE", "MEMORY_AUDIT", "MEMORY_READ", "MEMORY_SCOPES", "MEMORY_WRITE"]
+# The REST admin API: a person's client only, for the admin API's own resource
+# only, and useful only while the person administers their workspace.
+ADMIN_SCOPE = "workspace.admin"
+# What a client people authorise may ask for.
+PERSON_SCOPES = (*MEMORY_SCOPES, ADMIN_SCOPE)
+__all__ = ["ADMIN_SCOPE", "AGENT_SCOPES", "INGEST_SCOPE", "MEMORY_AUDIT", "MEMORY_READ", "MEMORY_SCOPES",
+           "MEMORY_WRITE", "PERSON_SCOPES"]
 
 
 # --------------------------------------------------------------------------- callers
@@ -295,8 +304,10 @@ def _agent_scopes(agent: Agent) -> frozenset[str]:
 
 def grantable_scopes(application: Application | None) -> frozenset[str]:
     """Everything `application` may ever be issued: a client people authorise
-    may ask for the memory scopes; an agent what its admin granted (never
-    memory.audit); a connected source `ingest` only; a revoked one nothing."""
+    may ask for the memory scopes and workspace.admin; an agent what its admin
+    granted (never memory.audit, never workspace.admin); a connected source
+    `ingest` only; a revoked one nothing. (With no application, discovery: the
+    memory scopes.)"""
     from oauth2_provider.models import Application as ApplicationModel
 
     if application is None:
@@ -305,8 +316,20 @@ def grantable_scopes(application: Application | None) -> frozenset[str]:
     if agent is not None:
         return _agent_scopes(agent)
     if application.authorization_grant_type == ApplicationModel.GRANT_AUTHORIZATION_CODE:
-        return frozenset(MEMORY_SCOPES)
+        return frozenset(PERSON_SCOPES)
     return frozenset()
+
+
+def audience_refusal(scopes: CollectionOf[str], *, admin_api: bool) -> str | None:
+    """Why a token carrying `scopes` may not be issued for the REST admin API
+    (admin_api) or for an MCP endpoint, or None. The two never mix: a token for
+    the admin API carries workspace.admin alone, and a token for MCP never
+    carries it, so neither opens the other."""
+    if admin_api and set(scopes) != {ADMIN_SCOPE}:
+        return f"A token for the REST admin API carries the {ADMIN_SCOPE} scope and nothing else."
+    if not admin_api and ADMIN_SCOPE in scopes:
+        return f"The {ADMIN_SCOPE} scope is issued only for the REST admin API's resource."
+    return None
 
 
 def token_holder(*, application: Application | None, user: User | None) -> Holder | None:
@@ -368,6 +391,24 @@ def source_refusal(source: Source) -> str | None:
         return ("This source is disabled by an admin of its workspace; nothing it sends is taken until it is "
                 "enabled again.")
     return None
+
+
+def admin_api_caller(*, application: Application | None, user: User | None, granted: CollectionOf[str],
+                     client_id: str = "") -> Caller | None:
+    """The caller a REST admin API token stands for, checked on every request:
+    None when nobody is entitled to the token any more (a deactivated person,
+    one who left their workspace) or it is not a person's; InsufficientScope
+    without workspace.admin; PermissionDenied when the person does not
+    administer their workspace now (one who stops being an admin is refused on
+    their next request)."""
+    holder = token_holder(application=application, user=user)
+    if holder is None or holder.kind != "user" or holder.user is None:
+        return None
+    if ADMIN_SCOPE not in granted:
+        raise InsufficientScope(ADMIN_SCOPE)
+    caller = Caller(tenant=holder.tenant, kind="user", user=holder.user, client_id=client_id)
+    require_admin(caller)
+    return caller
 
 
 def require_document_of(source: Source, resource: Resource | None) -> None:

@@ -287,6 +287,7 @@ OAUTH2_PROVIDER = {
         "memory.read": "Search the memory you can see",
         "memory.write": "Save facts as your private memory",
         "memory.audit": "Reopen your own search receipts",
+        "workspace.admin": "Administer your workspace through the REST admin API",
         "ingest": "Internal: a connected source feeds shared memory",
         "introspection": "Internal: inspect tokens",
         "registration": "Internal: manage a dynamically registered client",

@@ -9,7 +9,8 @@ urlpatterns = [
     path("reviews/", include("reviews.urls")),
     path("workspace/", include((workspace_urls, "workspace"))),
     path("", include(people_urls)),
-    # REST: the ingestion API for connected sources, and its OpenAPI schema at /api/schema.
+    # REST: the ingestion API for connected sources, the admin API for a workspace's
+    # admins, and their OpenAPI schema at /api/schema.
     path("api/", include("memoryhub.api.urls")),
     # The memory service's internal API for edge processes (off unless MEMORYHUB_INTERNAL_API).
     path("internal/", include("memoryhub.mcp_adapter.internal_api")),

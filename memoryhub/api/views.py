@@ -20,7 +20,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from memoryhub.access import INGEST_SCOPE
 from memoryhub.api import errors
 from memoryhub.api.authentication import IngestTokenAuthentication, InsufficientScope, SourcePrincipal
 from memoryhub.errors import InvalidArgument, MemoryhubError
@@ -38,16 +37,19 @@ class RequestTooLarge(exceptions.APIException):
 
 
 class BoundedJSONParser(JSONParser):
-    """JSON, read no further than BODY_MAX_BYTES."""
+    """JSON, read no further than `max_bytes`."""
+
+    max_bytes = BODY_MAX_BYTES
 
     def parse(self, stream, media_type=None, parser_context=None):  # type: ignore[no-untyped-def]
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-        if declared and declared.isdigit() and int(declared) > BODY_MAX_BYTES:
-            raise RequestTooLarge()
-        body = stream.read(BODY_MAX_BYTES + 1)
-        if len(body) > BODY_MAX_BYTES:
-            raise RequestTooLarge()
+        too_large = RequestTooLarge(f"The request body is larger than {self.max_bytes} bytes.")
+        if declared and declared.isdigit() and int(declared) > self.max_bytes:
+            raise too_large
+        body = stream.read(self.max_bytes + 1) if stream is not None else b""
+        if len(body) > self.max_bytes:
+            raise too_large
         try:
             return super().parse(io.BytesIO(body), media_type, parser_context)
         except RecursionError:
@@ -55,7 +57,7 @@ class BoundedJSONParser(JSONParser):
 
 
 def ingest_exception_handler(exc: Exception, context: dict) -> Response | None:
-    response = _error_response(exc, context)
+    response = error_response(exc, context)
     request = context.get("request")
     principal = getattr(request, "_user", None) if request is not None else None
     # (Not a 404: asking after a document it never sent is a question, not a refusal.)
@@ -67,7 +69,8 @@ def ingest_exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
-def _error_response(exc: Exception, context: dict) -> Response | None:
+def error_response(exc: Exception, context: dict) -> Response | None:
+    """Every REST API's errors in one shape: {"error": {"code", "message", "field"?}}."""
     if isinstance(exc, MemoryhubError):
         return errors.exception_handler(exc, context)
     response = drf_exception_handler(exc, context)
@@ -78,10 +81,7 @@ def _error_response(exc: Exception, context: dict) -> Response | None:
                                "message": _message(exc.detail)}}
     if isinstance(exc, InsufficientScope):
         # RFC 6750 §3.1: say which scope would do.
-        response["WWW-Authenticate"] = (
-            f'Bearer realm="{IngestTokenAuthentication.www_authenticate_realm}", '
-            f'error="insufficient_scope", scope="{INGEST_SCOPE}"'
-        )
+        response["WWW-Authenticate"] = f'Bearer realm="{exc.realm}", error="insufficient_scope", scope="{exc.scope}"'
     return response
 
 

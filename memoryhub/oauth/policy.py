@@ -6,12 +6,17 @@ The rules, in one place (who may hold what is memoryhub.access's: this module
 asks `grantable_scopes` and `token_holder`):
 
 - Audience (RFC 8707): a token is issued for exactly one of our resource URLs,
-  BASE_URL + "/mcp" or + "/mcp/readonly"; a request naming none gets "/mcp".
-  Connected sources' ingest tokens carry no MCP audience at all.
-- Scopes: people's clients may ask for the memory scopes; an agent gets the part
-  of what it asks for that its admin granted (never memory.audit); a source gets
-  "ingest" only. Internal scopes (registration, introspection, ingest) are never
-  advertised and never open an MCP tool (see memoryhub.oauth.tokens).
+  BASE_URL + "/mcp", + "/mcp/readonly" or + "/api/admin" (the REST admin API);
+  a request naming none gets "/mcp". Connected sources' ingest tokens carry no
+  audience at all.
+- Scopes: people's clients may ask for the memory scopes and workspace.admin;
+  an agent gets the part of what it asks for that its admin granted (never
+  memory.audit); a source gets "ingest" only. workspace.admin is issued for the
+  REST admin API alone and that resource for workspace.admin alone
+  (`access.audience_refusal`), so an admin token opens no MCP tool and an MCP
+  token does not open the admin API. Internal scopes (registration,
+  introspection, ingest) are never advertised and never open an MCP tool (see
+  memoryhub.oauth.tokens).
 - Lifetimes: people's access tokens live 15 minutes and come with a rotating
   refresh token; client-credentials tokens live 60 minutes and come alone.
 - PKCE with S256 only, and redirect URIs that match a registered one exactly and
@@ -41,7 +46,7 @@ from oauth2_provider.settings import oauth2_settings
 from oauthlib.oauth2.rfc6749 import errors
 
 from memoryhub import access
-from memoryhub.access import INGEST_SCOPE, MEMORY_SCOPES
+from memoryhub.access import ADMIN_SCOPE, INGEST_SCOPE, MEMORY_SCOPES, PERSON_SCOPES
 from memoryhub.models import RedeemedCode
 from memoryhub.oauth.tokens import token_checksum
 
@@ -57,6 +62,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 CODE_CHALLENGE = re.compile(r"[A-Za-z0-9\-._~]{43,128}")
 MCP_PATH = "/mcp"
 MCP_READONLY_PATH = "/mcp/readonly"
+ADMIN_API_PATH = "/api/admin"
 # How long an exchanged authorization code is remembered, so a replay revokes what it issued.
 REDEEMED_CODE_KEPT = timedelta(hours=24)
 
@@ -70,7 +76,23 @@ def resource_url(path: str) -> str:
 
 
 def resource_urls() -> tuple[str, str]:
+    """The MCP endpoints' resource URLs."""
     return resource_url(MCP_PATH), resource_url(MCP_READONLY_PATH)
+
+
+def admin_api_url() -> str:
+    """The REST admin API's resource URL (its tokens carry workspace.admin alone)."""
+    return resource_url(ADMIN_API_PATH)
+
+
+def issued_resources() -> tuple[str, ...]:
+    return (*resource_urls(), admin_api_url())
+
+
+def for_admin_api(request) -> bool:
+    """Whether this token request's audience is the REST admin API."""
+    resource = getattr(request, "resource", None)
+    return isinstance(resource, list) and resource == [admin_api_url()]
 
 
 def issuer() -> str:
@@ -90,11 +112,21 @@ def token_audience(application: Application, requested: list[str], request) -> l
         return []
     if len(requested) > 1:
         raise _invalid_target("Ask for one resource per token.", request)
-    if requested and requested[0] not in resource_urls():
+    if requested and requested[0] not in issued_resources():
         raise _invalid_target(
-            f"Tokens are issued only for {' and '.join(resource_urls())}.", request
+            f"Tokens are issued only for {', '.join(issued_resources()[:-1])} and {issued_resources()[-1]}.", request
         )
     return list(requested) or [resource_url(MCP_PATH)]
+
+
+def check_scopes_fit_audience(request) -> dict:
+    """oauthlib hook once scopes and audience are known (after consent's scope
+    check, and before any token is saved): workspace.admin only for the REST
+    admin API, and that resource for workspace.admin only."""
+    why = access.audience_refusal(request.scopes or [], admin_api=for_admin_api(request))
+    if why is not None:
+        raise errors.InvalidScopeError(description=why, request=request)
+    return {}
 
 
 def _requested_resources(request) -> list[str]:
@@ -188,7 +220,9 @@ class ScopePolicy(SettingsScopes):
         available = access.grantable_scopes(application)
         if application is not None and access.agent_of(application) is not None:
             return sorted(available)
-        return [scope for scope in PERSON_DEFAULT_SCOPES if scope in available]
+        # A person's client asking for the REST admin API means its one scope.
+        wanted = (ADMIN_SCOPE,) if request is not None and for_admin_api(request) else PERSON_DEFAULT_SCOPES
+        return [scope for scope in wanted if scope in available]
 
 
 # ---------------------------------------------------------------- lifetimes
@@ -208,6 +242,7 @@ class Server(oauthlib.oauth2.Server):
         # ACCESS_TOKEN_EXPIRE_SECONDS is one number; the lifetime depends on the grant.
         super().__init__(request_validator, access_token_lifetime, *args, **kwargs)
         self.auth_grant.custom_validators.pre_auth.append(check_authorization_request)
+        self.auth_grant.custom_validators.post_auth.append(check_scopes_fit_audience)
         # Decide the audience while a refusal can still reach the client as a proper
         # OAuth error; DOT would otherwise decide it only while saving the token.
         for grant in (self.auth_grant, self.credentials_grant, self.refresh_grant):
@@ -243,6 +278,7 @@ class OAuth2Validator(ToolkitValidator):
         the grant's or refresh token's; we then insist on exactly one of ours."""
         super()._check_and_set_request_resource(request)
         request.resource = token_audience(request.client, request.resource, request)
+        check_scopes_fit_audience(request)
 
     def _check_and_set_request_resource(self, request):
         # DOT calls this while saving the token; it was settled in validation already
@@ -309,8 +345,8 @@ def client_metadata_problem(metadata: dict) -> str | None:
     if response_types != ["code"]:
         return "response_types may only be code"
     scope = metadata.get("scope", "")
-    if not isinstance(scope, str) or not set(scope.split()) <= set(MEMORY_SCOPES):
-        return f"scope may name only {', '.join(MEMORY_SCOPES)}"
+    if not isinstance(scope, str) or not set(scope.split()) <= set(PERSON_SCOPES):
+        return f"scope may name only {', '.join(PERSON_SCOPES)}"
     return None
 
 
@@ -383,6 +419,6 @@ def metadata_document_failure(client_id: str) -> MetadataDocumentFailure | None:
     return MetadataDocumentFailure(
         client_id, f"This server tried to fetch it and could not use it: {why}." if why else
         "This server could not fetch it, or it does not meet this server's client policy (public clients, the "
-        "authorization code grant, https or loopback redirect addresses, memory scopes only).", True)
+        "authorization code grant, https or loopback redirect addresses, the memory scopes or workspace.admin).", True)
 
 

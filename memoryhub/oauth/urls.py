@@ -11,7 +11,7 @@ from oauth2_provider import views as toolkit
 
 from memoryhub.oauth import exchange
 from memoryhub.oauth import views as oauth_views
-from memoryhub.oauth.policy import MCP_READONLY_PATH
+from memoryhub.oauth.policy import ADMIN_API_PATH, MCP_READONLY_PATH
 
 authorization_server = [
     path(".well-known/oauth-authorization-server", toolkit.OAuthServerMetadataView.as_view(),
@@ -24,6 +24,9 @@ authorization_server = [
     path(".well-known/oauth-protected-resource/mcp/readonly",
          oauth_views.ProtectedResourceMetadataView.as_view(path=MCP_READONLY_PATH),
          name="oauth-resource-metadata-mcp-readonly"),
+    path(".well-known/oauth-protected-resource/api/admin",
+         oauth_views.ProtectedResourceMetadataView.as_view(path=ADMIN_API_PATH),
+         name="oauth-resource-metadata-admin-api"),
     path("o/authorize/", oauth_views.AuthorizeView.as_view(), name="authorize"),
     path("o/token/", oauth_views.TokenView.as_view(), name="token"),
     # RFC 8693 token exchange for edge processes (memoryhub.oauth.exchange).

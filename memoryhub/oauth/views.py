@@ -26,9 +26,11 @@ from oauth2_provider.views.dynamic_client_registration import (
 )
 
 from memoryhub import access
+from memoryhub.access import ADMIN_SCOPE
 from memoryhub.middleware import refusal
 from memoryhub.models import Tenant
 from memoryhub.oauth.policy import (
+    ADMIN_API_PATH,
     MCP_PATH,
     MCP_READONLY_PATH,
     PERSON_TOKEN_SECONDS,
@@ -110,6 +112,9 @@ SCOPE_WORDS = {
     "workspace's access rules share with you.",
     "memory.write": "Save facts from your conversations as your private memory. Nobody else sees them.",
     "memory.audit": "Reopen your own search receipts: what a search served then, and what it serves now.",
+    ADMIN_SCOPE: "Administer {workspace} as you, through its REST admin API: its members, roles, collections, "
+    "access rules, connected sources and agents, for as long as you are one of its admins. It cannot search or "
+    "save memory.",
 }
 
 
@@ -181,6 +186,7 @@ class AuthorizeView(AuthorizationView):
                 for scope in context.get("scopes", [])
             ],
             read_only=resource == resource_url(MCP_READONLY_PATH),
+            admin_api=resource == resource_url(ADMIN_API_PATH),
             return_host=urlsplit(redirect_uri).netloc,
             client_name=(application.name if application else "") or "An unnamed app",
             self_named=bool(application and application.registration_source != "manual"),
@@ -213,8 +219,8 @@ def _no_workspace(request: HttpRequest) -> HttpResponse:
 
 
 class ProtectedResourceMetadataView(OAuthProtectedResourceMetadataView):
-    """RFC 9728 metadata for /mcp (the root document too) and /mcp/readonly:
-    the exact resource URL and the memory scopes usable there."""
+    """RFC 9728 metadata for /mcp (the root document too), /mcp/readonly and
+    /api/admin: the exact resource URL and the scopes usable there."""
 
     path = MCP_PATH
 
@@ -225,6 +231,8 @@ class ProtectedResourceMetadataView(OAuthProtectedResourceMetadataView):
         return [issuer()]
 
     def get_scopes_supported(self):
+        if self.path == ADMIN_API_PATH:
+            return [ADMIN_SCOPE]
         scopes = super().get_scopes_supported()
         if self.path == MCP_READONLY_PATH:
             return [scope for scope in scopes if scope != "memory.write"]

@@ -28,6 +28,7 @@ KIB = 1024
 def caps() -> tuple[tuple[str, int], ...]:
     """path prefix -> the most a request body there may be (the first match
     wins); the numbers are the endpoints' own, which they also check."""
+    from memoryhub.api.admin import BODY_MAX_BYTES as ADMIN_BODY_MAX_BYTES
     from memoryhub.api.views import BODY_MAX_BYTES
     from memoryhub.mcp_adapter.internal_api import MAX_BODY_BYTES
     from memoryhub.oauth.views import MAX_REGISTRATION_BYTES
@@ -35,6 +36,7 @@ def caps() -> tuple[tuple[str, int], ...]:
     return (
         ("/o/register", MAX_REGISTRATION_BYTES),  # a client's registration document
         ("/o/", 64 * KIB),  # token, exchange, revocation, consent forms
+        ("/api/admin/", ADMIN_BODY_MAX_BYTES),  # the REST admin API: names and lists of roles
         ("/api/", BODY_MAX_BYTES),  # ingestion: a document of up to 256 Ki characters
         ("/internal/", MAX_BODY_BYTES),  # the edge's tool calls: what the MCP gateway already admitted
         ("/", 512 * KIB),  # pages' forms: an edited fact of 32 Ki characters, percent-encoded

@@ -107,21 +107,25 @@ def member_add(
 
 
 @transaction.atomic
-def member_update(*, caller: Caller, user_id: int, roles: Sequence[str], is_admin: bool) -> Membership:
-    """Set a member's roles (replacing the old ones) and admin flag. The roles
-    apply to their next read: access rules are always today's. A removed
-    member is reactivated first."""
+def member_update(*, caller: Caller, user_id: int, roles: Sequence[str] | None = None,
+                  is_admin: bool | None = None) -> Membership:
+    """Set a member's roles (replacing the old ones) and admin flag, or either
+    (None keeps it). The roles apply to their next read: access rules are
+    always today's. A removed member is reactivated first."""
     tenant = access.require_admin(caller)
     pk = member_get(caller=caller, user_id=user_id).pk
     _admins_locked(tenant)
     membership = Membership.objects.select_for_update().get(pk=pk)
     if membership.removed_at is not None:
         raise Conflict("This person was removed; reactivate them before giving them roles.", field="user")
-    if membership.is_admin and not is_admin:
-        _keeps_an_admin(tenant, membership)
-    membership.roles.set(roles_named(tenant, roles))
-    membership.is_admin = is_admin
-    membership.save(update_fields=["is_admin"])
+    granted = roles_named(tenant, roles) if roles is not None else None
+    if is_admin is not None:
+        if membership.is_admin and not is_admin:
+            _keeps_an_admin(tenant, membership)
+        membership.is_admin = is_admin
+        membership.save(update_fields=["is_admin"])
+    if granted is not None:
+        membership.roles.set(granted)
     return membership
 
 
