@@ -113,9 +113,37 @@ def test_token_holder_is_live_while_the_person_or_agent_is(people):
     assert access.token_holder(application=agent_app, user=None) is None
 
 
+def test_the_admin_scope_and_the_memory_scopes_never_share_a_token():
+    admin = access.ADMIN_SCOPE
+    assert access.audience_refusal([admin], admin_api=True) is None
+    assert access.audience_refusal(["memory.read"], admin_api=False) is None
+    for scopes in ([], ["memory.read"], [admin, "memory.read"]):
+        assert access.audience_refusal(scopes, admin_api=True) is not None, scopes
+    for scopes in ([admin], [admin, "memory.read"]):
+        assert access.audience_refusal(scopes, admin_api=False) is not None, scopes
+
+
+def test_the_admin_api_caller_is_a_live_admin_of_the_workspace_now(people):
+    app, admin = _person_app(), [access.ADMIN_SCOPE]
+    caller = access.admin_api_caller(application=app, user=people.ada, granted=admin, client_id="c")
+    assert caller is not None and caller.user == people.ada and caller.tenant == people.acme
+    with pytest.raises(access.InsufficientScope):
+        access.admin_api_caller(application=app, user=people.ada, granted=["memory.read"])
+    with pytest.raises(PermissionDenied):
+        access.admin_api_caller(application=app, user=people.bruno, granted=admin)
+    # No holder: an agent's or a source's client, or a person who left.
+    assert access.admin_api_caller(application=people.triage_bot.agent.application, user=None, granted=admin) is None
+    assert access.admin_api_caller(application=people.wiki.agent.application, user=None, granted=admin) is None
+    assert access.admin_api_caller(application=app, user=people.nomad, granted=admin) is None
+    dora = members.member_add(caller=people.system(), username="dora", password=None, is_admin=True)
+    members.member_deactivate(caller=access.caller_for_user(user=dora), user_id=people.ada.pk)
+    people.ada.refresh_from_db()
+    assert access.admin_api_caller(application=app, user=people.ada, granted=admin) is None
+
+
 def test_grantable_scopes_per_kind_of_client(people):
     assert access.grantable_scopes(None) == frozenset(MEMORY_SCOPES)
-    assert access.grantable_scopes(_person_app()) == frozenset(MEMORY_SCOPES)
+    assert access.grantable_scopes(_person_app()) == {*MEMORY_SCOPES, access.ADMIN_SCOPE}
     assert access.grantable_scopes(people.triage_bot.agent.application) == {"memory.read", "memory.write"}
     assert access.grantable_scopes(people.wiki.agent.application) == {access.INGEST_SCOPE}
     lone = Application.objects.create(name="lone", client_type=Application.CLIENT_CONFIDENTIAL,

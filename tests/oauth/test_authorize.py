@@ -38,6 +38,21 @@ def test_the_consent_page_names_client_workspace_and_scopes_in_plain_words(peopl
     assert 'name="allow"' in text and ">Deny<" in text
 
 
+def test_the_consent_page_says_what_the_admin_scope_allows(people, mcp_client):
+    _, challenge = pkce_pair()
+    page = signed_in(people.ada).get(authorize_url(mcp_client, challenge, scope="workspace.admin",
+                                                   resource=f"{TEST_ORIGIN}/api/admin"))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "wants to administer your workspace" in text
+    assert ("Administer Acme Inc. as you, through its REST admin API: its members, roles, collections, access "
+            "rules, connected sources and agents, for as long as you are one of its admins.") in text
+    assert "It cannot search or save memory." in text
+    assert "(workspace.admin)" in text
+    assert "The REST admin API: workspace administration, no memory" in text
+    assert "Search the memory you can see" not in text
+
+
 def test_the_consent_page_cannot_be_framed(people, mcp_client):
     _, challenge = pkce_pair()
     page = signed_in(people.bruno).get(authorize_url(mcp_client, challenge))

@@ -33,7 +33,8 @@ def test_authorization_server_metadata_describes_what_we_accept(client):
 
 def test_no_metadata_mentions_an_internal_scope(client):
     for url in ("/.well-known/oauth-authorization-server", "/.well-known/oauth-protected-resource",
-                "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource/mcp/readonly"):
+                "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource/mcp/readonly",
+                "/.well-known/oauth-protected-resource/api/admin"):
         meta = client.get(url).json()
         listed = {item for value in meta.values() if isinstance(value, list) for item in value}
         assert not listed & set(INTERNAL), url
@@ -45,6 +46,7 @@ def test_no_metadata_mentions_an_internal_scope(client):
         ("/.well-known/oauth-protected-resource/mcp", "/mcp", MEMORY_SCOPES),
         ("/.well-known/oauth-protected-resource", "/mcp", MEMORY_SCOPES),
         ("/.well-known/oauth-protected-resource/mcp/readonly", "/mcp/readonly", ["memory.audit", "memory.read"]),
+        ("/.well-known/oauth-protected-resource/api/admin", "/api/admin", ["workspace.admin"]),
     ],
 )
 def test_protected_resource_metadata_names_the_exact_resource(client, url, resource, scopes):
