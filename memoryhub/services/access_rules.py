@@ -12,9 +12,9 @@ from django.db.models import QuerySet
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, NotFound
-from memoryhub.models import AccessRule, Collection, Role
+from memoryhub.models import AccessRule, Collection, Role, Tenant
 from memoryhub.services.collections import collection_get
-from memoryhub.services.roles import roles_named
+from memoryhub.services.roles import role_get
 
 
 def access_rules_list(*, caller: Caller) -> QuerySet[AccessRule]:
@@ -26,12 +26,16 @@ def access_rules_list(*, caller: Caller) -> QuerySet[AccessRule]:
     )
 
 
+def _named(caller: Caller, role: str, collection: str) -> tuple[Tenant, Role, Collection]:
+    """The caller's workspace, and its role and collection of these names (NotFound otherwise)."""
+    tenant = access.require_admin(caller)
+    return tenant, role_get(caller=caller, name=role), collection_get(caller=caller, name=collection)
+
+
 @transaction.atomic
 def access_rule_grant(*, caller: Caller, role: str, collection: str, exist_ok: bool = False) -> AccessRule:
     """Holders of `role` may read `collection` (both by name), from their next read on."""
-    tenant = access.require_admin(caller)
-    role_obj = roles_named(tenant, [role])[0]
-    collection_obj = collection_get(caller=caller, name=collection)
+    tenant, role_obj, collection_obj = _named(caller, role, collection)
     existing = AccessRule.objects.filter(tenant=tenant, role=role_obj, collection=collection_obj).first()
     if existing is not None:
         if exist_ok:
@@ -42,9 +46,7 @@ def access_rule_grant(*, caller: Caller, role: str, collection: str, exist_ok: b
 
 def access_rule_get(*, caller: Caller, role: str, collection: str) -> AccessRule:
     """The rule letting `role` read `collection` (both by name); NotFound when there is none."""
-    tenant = access.require_admin(caller)
-    role_obj = roles_named(tenant, [role])[0]
-    collection_obj = collection_get(caller=caller, name=collection)
+    tenant, role_obj, collection_obj = _named(caller, role, collection)
     rule = AccessRule.objects.filter(tenant=tenant, role=role_obj, collection=collection_obj).select_related(
         "role", "collection").first()
     if rule is None:
@@ -53,11 +55,17 @@ def access_rule_get(*, caller: Caller, role: str, collection: str) -> AccessRule
 
 
 @transaction.atomic
-def access_rule_revoke(*, caller: Caller, rule_id: int) -> AccessRule:
-    tenant = access.require_admin(caller)
-    rule = AccessRule.objects.filter(tenant=tenant, pk=rule_id).select_related("role", "collection").first()
-    if rule is None:
-        raise NotFound("No such access rule in this workspace.")
+def access_rule_revoke(*, caller: Caller, rule_id: int | None = None, role: str | None = None,
+                       collection: str | None = None) -> AccessRule:
+    """Remove a rule, by id or by its role's and collection's names."""
+    if rule_id is None:
+        rule = access_rule_get(caller=caller, role=role or "", collection=collection or "")
+    else:
+        tenant = access.require_admin(caller)
+        found = AccessRule.objects.filter(tenant=tenant, pk=rule_id).select_related("role", "collection").first()
+        if found is None:
+            raise NotFound("No such access rule in this workspace.")
+        rule = found
     rule.delete()
     return rule
 

@@ -31,6 +31,7 @@ from memoryhub.models import (
     Source,
 )
 from memoryhub.services.arguments import checked_text, storable
+from memoryhub.services.members import member_get
 
 COLLECTION_NAME_MAX_CHARS = 64
 DESCRIPTION_MAX_CHARS = 200
@@ -77,44 +78,47 @@ def _slug(name: str) -> str:
     return slug
 
 
-def _locked(caller: Caller, collection_id: int) -> Collection:
-    """The caller's live collection, locked (re-checked after the lock: it may
-    have been deleted meanwhile)."""
+def _locked(caller: Caller, collection_id: int | None, name: str | None) -> Collection:
+    """The caller's live collection (by id or name), locked (re-checked after
+    the lock: it may have been deleted meanwhile)."""
     collection = Collection.objects.select_for_update().filter(
-        pk=collection_get(caller=caller, collection_id=collection_id).pk, deleted_at__isnull=True).first()
+        pk=collection_get(caller=caller, collection_id=collection_id, name=name).pk, deleted_at__isnull=True).first()
     if collection is None:
         raise NotFound("No such collection in this workspace.", field="collection")
     return collection
 
 
 @transaction.atomic
-def collection_rename(*, caller: Caller, collection_id: int, name: str) -> Collection:
-    """A new name; connectors that send the old name are refused until they use it."""
+def collection_rename(*, caller: Caller, name: str, collection_id: int | None = None,
+                      collection: str | None = None) -> Collection:
+    """A new name for the collection (by id, or by its name `collection`);
+    connectors that send the old name are refused until they use it."""
     tenant = access.require_admin(caller)
-    collection = _locked(caller, collection_id)
+    collection_obj = _locked(caller, collection_id, collection)
     slug = _slug(name)
-    if slug != collection.name and Collection.objects.filter(tenant=tenant, name=slug).exists():
+    if slug != collection_obj.name and Collection.objects.filter(tenant=tenant, name=slug).exists():
         raise Conflict(f"A collection named {slug!r} already exists.", field="name")
-    collection.name = slug
+    collection_obj.name = slug
     try:
         with transaction.atomic():
-            collection.save(update_fields=["name"])
+            collection_obj.save(update_fields=["name"])
     except IntegrityError:
         raise Conflict(f"A collection named {slug!r} already exists.", field="name") from None
-    return collection
+    return collection_obj
 
 
 @transaction.atomic
-def collection_retire_fragments(*, caller: Caller, collection_id: int, confirm: str) -> int:
+def collection_retire_fragments(*, caller: Caller, confirm: str, collection_id: int | None = None,
+                                collection: str | None = None) -> int:
     """Retire every live fragment of the collection now (the admin types its
     name). Reads of the past still see them; nobody's read of now does. The
     documents sources sent into it count as deleted, so a source sending one
     again is taken as new, not as unchanged."""
-    collection = _locked(caller, collection_id)
-    if confirm != collection.name:
-        raise InvalidArgument(f"Type {collection.name} exactly to retire its fragments.", field="confirm")
+    collection_obj = _locked(caller, collection_id, collection)
+    if confirm != collection_obj.name:
+        raise InvalidArgument(f"Type {collection_obj.name} exactly to retire its fragments.", field="confirm")
     now = timezone.now()
-    live = Fragment.objects.filter(collection=collection, retired_at__isnull=True)
+    live = Fragment.objects.filter(collection=collection_obj, retired_at__isnull=True)
     documents = list(Resource.objects.filter(
         deleted_at__isnull=True, source__isnull=False, fragments__in=live.filter(source__isnull=False),
         source=F("fragments__source")).distinct().values_list("pk", flat=True))
@@ -126,22 +130,22 @@ def collection_retire_fragments(*, caller: Caller, collection_id: int, confirm: 
 
 
 @transaction.atomic
-def collection_delete(*, caller: Caller, collection_id: int) -> str:
-    """Delete a collection with nothing live in it; returns its name."""
-    collection = _locked(caller, collection_id)
-    live = Fragment.objects.filter(collection=collection, retired_at__isnull=True).count()
+def collection_delete(*, caller: Caller, collection_id: int | None = None, collection: str | None = None) -> str:
+    """Delete a collection (by id or name) with nothing live in it; returns its name."""
+    found = _locked(caller, collection_id, collection)
+    live = Fragment.objects.filter(collection=found, retired_at__isnull=True).count()
     if live:
-        raise Conflict(f"{collection.name} still holds {live} live fragment{'s' if live != 1 else ''}: retire them "
+        raise Conflict(f"{found.name} still holds {live} live fragment{'s' if live != 1 else ''}: retire them "
                        "first.", field="collection")
-    name = collection.name
-    AccessRule.objects.filter(collection=collection).delete()
-    Source.objects.filter(default_collection=collection).update(default_collection=None)
-    if not Fragment.objects.filter(collection=collection).exists():
-        collection.delete()
+    name = found.name
+    AccessRule.objects.filter(collection=found).delete()
+    Source.objects.filter(default_collection=found).update(default_collection=None)
+    if not Fragment.objects.filter(collection=found).exists():
+        found.delete()
     else:
-        collection.deleted_at = timezone.now()
-        collection.name = f"{name[:60]}--deleted-{collection.pk}"
-        collection.save(update_fields=["deleted_at", "name"])
+        found.deleted_at = timezone.now()
+        found.name = f"{name[:60]}--deleted-{found.pk}"
+        found.save(update_fields=["deleted_at", "name"])
     return name
 
 
@@ -160,11 +164,11 @@ class Reader:
     user_id: int | None = None
 
 
-def collection_readers(*, caller: Caller, collection_id: int) -> list[Reader]:
-    """Everyone who may read the collection's shared memory now, with the
-    roles that give them the right."""
+def collection_readers(*, caller: Caller, collection_id: int | None = None, name: str | None = None) -> list[Reader]:
+    """Everyone who may read the collection (by id or name) now, with the roles
+    that give them the right."""
     tenant = access.require_admin(caller)
-    collection = collection_get(caller=caller, collection_id=collection_id)
+    collection = collection_get(caller=caller, collection_id=collection_id, name=name)
     granting = set(AccessRule.objects.filter(tenant=tenant, collection=collection).values_list("role__name", flat=True))
     found = []
     for reader_caller, reader in _readers(caller):
@@ -177,17 +181,21 @@ def collection_readers(*, caller: Caller, collection_id: int) -> list[Reader]:
 
 def member_readable_collections(*, caller: Caller, user_id: int) -> list[Collection]:
     """The collections this person may read now (besides their own private memory)."""
+    return member_reach(caller=caller, user_id=user_id)[1]
+
+
+def member_reach(*, caller: Caller, user_id: int | None = None,
+                 username: str | None = None) -> tuple[Membership, list[Collection]]:
+    """A person of the caller's workspace (by id or login name) and the
+    collections they may read now (besides their own private memory)."""
     tenant = access.require_admin(caller)
-    membership = Membership.objects.filter(tenant=tenant, user_id=user_id, user__tenant=tenant).select_related(
-        "user").first()
-    if membership is None:
-        raise NotFound("No such person in this workspace.")
+    membership = member_get(caller=caller, user_id=user_id, username=username)
     try:
         person = access.caller_for_user(user=membership.user)
     except PermissionDenied:
-        return []  # deactivated: reads nothing
+        return membership, []  # deactivated: reads nothing
     audience = access.role_audience(person)
-    return [
+    return membership, [
         collection for collection in Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).order_by("name")
         if access.may_read_collection(person, collection, audience=audience)
     ]

@@ -37,7 +37,7 @@ from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Membership, Tenant, User
 from memoryhub.services.arguments import storable
-from memoryhub.services.roles import roles_named
+from memoryhub.services.roles import role_create, role_get, roles_named
 
 _USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
 EMAIL_MAX_CHARS = 254
@@ -67,6 +67,7 @@ def member_get(*, caller: Caller, user_id: int | None = None, username: str | No
 
 
 def _validated_password(password: str, user: User) -> str:
+    storable(password, field="password")
     try:
         password_validation.validate_password(password, user)
     except ValidationError as exc:
@@ -87,6 +88,7 @@ def member_add(
         raise InvalidArgument("A username is 1-150 letters, digits or . @ + - _.", field="username")
     if len(email) > EMAIL_MAX_CHARS:
         raise InvalidArgument(f"An email address is at most {EMAIL_MAX_CHARS} characters.", field="email")
+    storable(email, field="email")
     if User.objects.filter(tenant=tenant, username__iexact=username).exists():
         raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
     user = User(username=username, email=email, tenant=tenant)
@@ -107,17 +109,34 @@ def member_add(
 
 
 @transaction.atomic
-def member_update(*, caller: Caller, user_id: int, roles: Sequence[str] | None = None,
-                  is_admin: bool | None = None) -> Membership:
+def member_ensure(*, caller: Caller, username: str, password: str | None, email: str = "",
+                  roles: Sequence[str] = (), is_admin: bool = False) -> Membership:
+    """What `manage.py add_person` does, idempotent: the person is in the
+    workspace with at least these roles (created when missing), an admin if
+    asked (never demoted), and `password` when one is given."""
+    for name in roles:
+        role_create(caller=caller, name=name, exist_ok=True)
+    try:
+        membership = member_get(caller=caller, username=username)
+    except NotFound:
+        return member_add(caller=caller, username=username, password=password, email=email, roles=roles,
+                          is_admin=is_admin).membership
+    held = [role.name for role in membership.roles.all()]
+    membership = member_update(caller=caller, user_id=membership.user_id, roles=sorted({*held, *roles}),
+                               is_admin=is_admin or membership.is_admin)
+    if password:
+        member_set_password(caller=caller, user_id=membership.user_id, password=password)
+    return membership
+
+
+@transaction.atomic
+def member_update(*, caller: Caller, user_id: int | None = None, username: str | None = None,
+                  roles: Sequence[str] | None = None, is_admin: bool | None = None) -> Membership:
     """Set a member's roles (replacing the old ones) and admin flag, or either
     (None keeps it). The roles apply to their next read: access rules are
     always today's. A removed member is reactivated first."""
-    tenant = access.require_admin(caller)
-    pk = member_get(caller=caller, user_id=user_id).pk
-    _admins_locked(tenant)
-    membership = Membership.objects.select_for_update().get(pk=pk)
-    if membership.removed_at is not None:
-        raise Conflict("This person was removed; reactivate them before giving them roles.", field="user")
+    tenant, membership = _member_locked(caller, user_id, username,
+                                        refuse_removed="giving them roles" if roles else "changing them")
     granted = roles_named(tenant, roles) if roles is not None else None
     if is_admin is not None:
         if membership.is_admin and not is_admin:
@@ -129,41 +148,47 @@ def member_update(*, caller: Caller, user_id: int, roles: Sequence[str] | None =
     return membership
 
 
-def _member_locked(caller: Caller, user_id: int) -> tuple[Tenant, Membership]:
-    """The caller's member, locked after every admin's row (in that one order),
-    for a change to their roles or admin flag; a removed one is refused."""
+def _member_locked(caller: Caller, user_id: int | None, username: str | None,
+                   *, refuse_removed: str = "") -> tuple[Tenant, Membership]:
+    """The caller's member (by id or login name), locked after every admin's row
+    (in that one order, so admins acting on each other wait instead of
+    deadlocking). With `refuse_removed` (what the change is), a removed member
+    is refused."""
     tenant = access.require_admin(caller)
-    pk = member_get(caller=caller, user_id=user_id).pk
+    pk = member_get(caller=caller, user_id=user_id, username=username).pk
     _admins_locked(tenant)
     membership = Membership.objects.select_for_update().select_related("user").get(pk=pk)
-    if membership.removed_at is not None:
-        raise Conflict("This person was removed; reactivate them before giving them roles.", field="user")
+    if refuse_removed and membership.removed_at is not None:
+        raise Conflict(f"This person was removed; reactivate them before {refuse_removed}.", field="user")
     return tenant, membership
 
 
 @transaction.atomic
-def member_role_add(*, caller: Caller, user_id: int, role: str) -> Membership:
+def member_role_add(*, caller: Caller, role: str, user_id: int | None = None,
+                    username: str | None = None) -> Membership:
     """Give a member one more role (by name), from their next read on; giving
     one they hold already changes nothing."""
-    tenant, membership = _member_locked(caller, user_id)
-    membership.roles.add(*roles_named(tenant, [role]))
+    _, membership = _member_locked(caller, user_id, username, refuse_removed="giving them roles")
+    membership.roles.add(role_get(caller=caller, name=role))
     return membership
 
 
 @transaction.atomic
-def member_role_remove(*, caller: Caller, user_id: int, role: str) -> Membership:
+def member_role_remove(*, caller: Caller, role: str, user_id: int | None = None,
+                       username: str | None = None) -> Membership:
     """Take one role (by name) from a member, from their next read on; one they
     do not hold changes nothing."""
-    tenant, membership = _member_locked(caller, user_id)
-    membership.roles.remove(*roles_named(tenant, [role]))
+    _, membership = _member_locked(caller, user_id, username, refuse_removed="changing their roles")
+    membership.roles.remove(role_get(caller=caller, name=role))
     return membership
 
 
 @transaction.atomic
-def member_set_admin(*, caller: Caller, user_id: int, is_admin: bool) -> Membership:
+def member_set_admin(*, caller: Caller, is_admin: bool, user_id: int | None = None,
+                     username: str | None = None) -> Membership:
     """Make a member a workspace admin, or an ordinary member again (the
     workspace keeps an active admin)."""
-    tenant, membership = _member_locked(caller, user_id)
+    tenant, membership = _member_locked(caller, user_id, username, refuse_removed="changing their admin flag")
     if membership.is_admin and not is_admin:
         _keeps_an_admin(tenant, membership)
     membership.is_admin = is_admin
@@ -172,12 +197,13 @@ def member_set_admin(*, caller: Caller, user_id: int, is_admin: bool) -> Members
 
 
 @transaction.atomic
-def member_set_password(*, caller: Caller, user_id: int, password: str) -> User:
+def member_set_password(*, caller: Caller, password: str, user_id: int | None = None,
+                        username: str | None = None) -> User:
     """An admin sets a member's password (a temporary one). Not a deactivated
     or removed person's: reactivate them first. Every app of theirs is
     disconnected and every session of theirs ends, so they learn of it; the
     operator (`manage.py add_person`) sets passwords as it always did."""
-    membership = member_get(caller=caller, user_id=user_id)
+    membership = member_get(caller=caller, user_id=user_id, username=username)
     user = membership.user
     if caller.kind != "system" and (not user.is_active or membership.removed_at is not None):
         raise Conflict("This person is deactivated; reactivate them before setting a password.", field="user")
@@ -212,12 +238,9 @@ def _keeps_an_admin(tenant, membership: Membership) -> None:  # type: ignore[no-
 
 
 @transaction.atomic
-def member_deactivate(*, caller: Caller, user_id: int) -> Membership:
+def member_deactivate(*, caller: Caller, user_id: int | None = None, username: str | None = None) -> Membership:
     """Stop a person from signing in or using any client, at once."""
-    tenant = access.require_admin(caller)
-    pk = member_get(caller=caller, user_id=user_id).pk
-    _admins_locked(tenant)
-    membership = Membership.objects.select_for_update().select_related("user").get(pk=pk)
+    tenant, membership = _member_locked(caller, user_id, username)
     if caller.user is not None and membership.user_id == caller.user.pk:
         raise Conflict("You cannot deactivate yourself; another admin can.", field="user")
     _keeps_an_admin(tenant, membership)
@@ -229,12 +252,10 @@ def member_deactivate(*, caller: Caller, user_id: int) -> Membership:
 
 
 @transaction.atomic
-def member_reactivate(*, caller: Caller, user_id: int) -> Membership:
+def member_reactivate(*, caller: Caller, user_id: int | None = None, username: str | None = None) -> Membership:
     """Let a deactivated or removed person sign in again. Their clients must be
     authorised again; a removed person comes back with no roles."""
-    access.require_admin(caller)
-    membership = Membership.objects.select_for_update().select_related("user").get(
-        pk=member_get(caller=caller, user_id=user_id).pk)
+    _, membership = _member_locked(caller, user_id, username)
     membership.user.is_active = True
     membership.user.save(update_fields=["is_active"])
     if membership.removed_at is not None:
@@ -244,11 +265,11 @@ def member_reactivate(*, caller: Caller, user_id: int) -> Membership:
 
 
 @transaction.atomic
-def member_remove(*, caller: Caller, user_id: int) -> Membership:
+def member_remove(*, caller: Caller, user_id: int | None = None, username: str | None = None) -> Membership:
     """Remove a person from the workspace: deactivated, every credential ended,
     no roles and no admin flag; their name stays taken and their memory kept
     (readable by nobody) until an admin erases it."""
-    membership = member_deactivate(caller=caller, user_id=user_id)
+    membership = member_deactivate(caller=caller, user_id=user_id, username=username)
     membership.roles.clear()
     membership.is_admin = False
     membership.removed_at = timezone.now()

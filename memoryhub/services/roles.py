@@ -28,12 +28,18 @@ def roles_list(*, caller: Caller) -> QuerySet[Role]:
             .order_by("name"))
 
 
-def role_get(*, caller: Caller, name: str) -> Role:
-    """A role of the caller's workspace, by name; NotFound otherwise."""
+def role_get(*, caller: Caller, role_id: int | None = None, name: str | None = None) -> Role:
+    """A role of the caller's workspace, by id or by its name exactly as stored
+    (any case; "ENGINEERING!!" is not "engineering"); NotFound otherwise."""
     tenant = access.require_admin(caller)
-    role = Role.objects.filter(tenant=tenant, name=role_name(name)).first()
+    roles = Role.objects.filter(tenant=tenant)
+    if role_id is not None:
+        role = roles.filter(pk=role_id).first()
+    else:
+        role = roles.filter(name=checked_text(name, field="role", max_chars=ROLE_NAME_MAX_CHARS).lower()).first()
     if role is None:
-        raise NotFound(f"No role named {name!r} in this workspace.", field="role")
+        raise NotFound(f"No role named {name!r} in this workspace." if role_id is None
+                       else "No such role in this workspace.", field="role")
     return role
 
 
@@ -60,12 +66,10 @@ def role_create(*, caller: Caller, name: str, description: str = "", exist_ok: b
 
 
 @transaction.atomic
-def role_delete(*, caller: Caller, role_id: int) -> Role:
-    """Remove a role: its access rules go with it, and nobody holds it any more."""
-    tenant = access.require_admin(caller)
-    role = Role.objects.filter(tenant=tenant, pk=role_id).first()
-    if role is None:
-        raise NotFound("No such role in this workspace.")
+def role_delete(*, caller: Caller, role_id: int | None = None, name: str | None = None) -> Role:
+    """Remove a role (by id, or by its exact name): its access rules go with it,
+    and nobody holds it any more."""
+    role = role_get(caller=caller, role_id=role_id, name=name)
     role.delete()
     return role
 

@@ -134,10 +134,19 @@ class SourceHealth:
         return "disabled" if self.source.disabled_at is not None else "active"
 
 
+def source_health(*, caller: Caller, name: str) -> SourceHealth:
+    """One connected source's health line; NotFound as `source_get`."""
+    return _health([source_get(caller=caller, name=name)])[0]
+
+
 def sources_health(*, caller: Caller) -> list[SourceHealth]:
-    """Every connected source of the caller's workspace with its health line
-    (two grouped queries, whatever the number of sources)."""
-    sources = list(sources_list(caller=caller))
+    """Every connected source of the caller's workspace with its health line."""
+    return _health(list(sources_list(caller=caller)))
+
+
+def _health(sources: list[Source]) -> list[SourceHealth]:
+    """Health lines of sources the caller was allowed to see (two grouped
+    queries, whatever the number of sources)."""
     documents: dict[int, Any] = {
         row["source"]: row for row in Resource.objects.filter(source__in=sources).values("source").annotate(
             live=Count("pk", filter=Q(deleted_at__isnull=True)),

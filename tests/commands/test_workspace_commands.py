@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from memoryhub.errors import InvalidArgument
 from memoryhub.models import AccessRule, Collection, Membership, Role, Source, Tenant
+from memoryhub.services import members
+from tests.conftest import PASSWORD
 
 
 def run(*args: str, **options: Any) -> dict:
@@ -63,7 +66,10 @@ def test_a_role_is_created_assigned_unassigned_and_deleted(people):
 def test_role_refusals(people):
     assert refused("role", "acme", "engineering", "create")["code"] == "conflict"
     assert refused("role", "acme", "nosuch", "delete")["code"] == "not_found"
-    assert refused("role", "acme", "nosuch", "assign", "bruno")["field"] == "roles"
+    assert refused("role", "acme", "nosuch", "assign", "bruno")["field"] == "role"
+    # A destructive command names a role exactly as it is stored (any case), nothing near it.
+    assert refused("role", "acme", "ENGINEERING!!", "delete")["code"] == "not_found"
+    assert Role.objects.filter(tenant=people.acme, name="engineering").exists()
     assert refused("role", "acme", "sales", "assign", "nobody")["code"] == "not_found"
     assert refused("role", "acme", "sales", "assign")["code"] == "error"  # assign names a person
     assert refused("role", "acme", "sales")["code"] == "error"  # and every name an action
@@ -84,6 +90,46 @@ def test_a_name_is_64_characters_at_most_and_never_cut(people, command):
     assert refused(*command, "acme", "!!!", "create")["field"] == "name"
     assert not Role.objects.filter(name__startswith="b" * 64).exists()
     assert not Collection.objects.filter(name__startswith="b" * 64).exists()
+
+
+@pytest.mark.parametrize("command", [("role",), ("collection",)])
+def test_a_description_is_200_characters_at_most_and_storable(people, command):
+    assert run(*command, "acme", "described", "create", description="d" * 200)["description"] == "d" * 200
+    for bad in ("d" * 201, "nul\x00", "lone\ud800"):
+        assert refused(*command, "acme", "refused", "create", description=bad)["field"] == "description"
+    assert not Role.objects.filter(name="refused").exists() and not Collection.objects.filter(name="refused").exists()
+
+
+def test_a_workspace_name_is_200_characters_at_most(people):
+    assert run("create_workspace", "named", name="n" * 200)["name"] == "n" * 200
+    assert refused("create_workspace", "overnamed", name="n" * 201)["field"] == "name"
+    assert refused("create_workspace", "nulnamed", name="nul\x00")["field"] == "name"
+    assert not Tenant.objects.filter(slug__in=["overnamed", "nulnamed"]).exists()
+
+
+@pytest.mark.parametrize("email", ["nul\x00@acme.test", "lone\ud800@acme.test", "e" * 245 + "@acme.test"])
+def test_add_person_refuses_an_email_that_cannot_be_stored(people, monkeypatch, email):
+    monkeypatch.setenv("MEMORYHUB_PASSWORD", "a long enough passphrase")
+    assert refused("add_person", "acme", "dana", email=email)["field"] == "email"
+    assert not Membership.objects.filter(user__username="dana").exists()
+
+
+def test_add_person_refuses_a_password_that_is_not_text(people, monkeypatch):
+    # A byte that is not UTF-8 in the environment reaches Python as a lone surrogate.
+    monkeypatch.setenv("MEMORYHUB_PASSWORD", "a passphrase with \udcff in it")
+    assert refused("add_person", "acme", "dana")["field"] == "password"
+    assert not Membership.objects.filter(user__username="dana").exists()
+
+
+@pytest.mark.parametrize("password", ["nul\x00 in a passphrase", "lone\ud800 in a passphrase"])
+def test_no_password_that_cannot_be_stored_is_set(people, password):
+    with pytest.raises(InvalidArgument) as raised:
+        members.member_add(caller=people.system(), username="dana", password=password)
+    assert raised.value.field == "password"
+    with pytest.raises(InvalidArgument):
+        members.member_set_password(caller=people.system(), user_id=people.bruno.pk, password=password)
+    people.bruno.refresh_from_db()
+    assert people.bruno.check_password(PASSWORD)
 
 
 # --------------------------------------------------------------------------- collections
@@ -123,6 +169,7 @@ def test_collection_refusals(people):
     assert "'nosuch'" in error["message"]
     assert refused("collection", "acme", "runbooks", "rename")["code"] == "error"  # the new name is missing
     assert refused("collection", "acme", "runbooks", "rename", "c" * 65)["field"] == "name"
+    assert run("collection", "acme", "accounts", "rename", "c" * 64)["name"] == "c" * 64
     assert refused("collection", "acme", "nul\x00", "readers")["code"] == "invalid_argument"
     assert Collection.objects.filter(tenant=people.acme, name="runbooks").exists()
 
@@ -147,7 +194,7 @@ def test_the_grid_and_granting_and_revoking_a_rule(people):
     assert run("rule", "acme", "sales", "runbooks", "revoke")["reads"] is False
     assert run("person", "acme", "carol")["reads"] == ["accounts"]
     assert refused("rule", "acme", "sales", "runbooks", "revoke")["code"] == "not_found"
-    assert refused("rule", "acme", "nosuch", "runbooks", "grant")["field"] == "roles"
+    assert refused("rule", "acme", "nosuch", "runbooks", "grant")["field"] == "role"
     assert refused("rule", "acme", "sales", "nosuch", "grant")["field"] == "collection"
     assert refused("rule", "acme", "sales")["code"] == "error"
 
@@ -178,7 +225,8 @@ def test_source_refusals(people):
     assert run("source", "acme", "crm", "create", kind="k" * 64)["kind"] == "k" * 64
     assert refused("source", "acme", "nosuch", "status")["code"] == "not_found"
     assert refused("source", "acme", "wiki", "status", collection="runbooks")["code"] == "error"
-    assert not Source.objects.filter(agent__name="c" * 65).exists()
+    names = sorted(Source.objects.filter(tenant=people.acme).values_list("agent__name", flat=True))
+    assert names == ["c" * 64, "crm", "tickets", "wiki"]  # nothing made of the refused ones
 
 
 # --------------------------------------------------------------------------- people
@@ -208,7 +256,7 @@ def test_add_person_create_workspace_and_agents_answer_in_json(people, monkeypat
     assert run("create_workspace", "w" * 64)["workspace"] == "w" * 64
     assert refused("create_workspace", "w" * 65)["field"] == "slug"
     assert refused("create_workspace", "nul\x00")["field"] == "slug"
-    assert not Tenant.objects.filter(slug__startswith="w" * 65).exists()
+    assert list(Tenant.objects.filter(slug__startswith="w" * 64).values_list("slug", flat=True)) == ["w" * 64]
 
     agent = run("register_agent", "acme", "scribe", scopes="memory.read", roles="sales")
     assert (agent["name"], agent["scopes"], agent["roles"]) == ("scribe", ["memory.read"], ["sales"])

@@ -3,13 +3,10 @@ import os
 import sys
 
 from django.core.management.base import CommandError
-from django.db import transaction
 
-from memoryhub.errors import NotFound
 from memoryhub.management.answers import WorkspaceCommand
 from memoryhub.management.commands.person import person_state
 from memoryhub.services import members
-from memoryhub.services.roles import role_create
 
 
 class Command(WorkspaceCommand):
@@ -37,22 +34,8 @@ class Command(WorkspaceCommand):
                     raise CommandError(f"Set {password_env} or pass --no-password: there is no terminal to prompt.")
                 password = getpass.getpass(f"Password for {username}: ")
         wanted = [name.strip() for name in roles.split(",") if name.strip()]
-        with transaction.atomic():
-            for name in wanted:
-                role_create(caller=caller, name=name, exist_ok=True)
-            try:
-                membership = members.member_get(caller=caller, username=username)
-            except NotFound:
-                user = members.member_add(caller=caller, username=username, password=password, email=email,
-                                          roles=wanted, is_admin=admin)
-                membership = user.membership
-            else:
-                held = [role.name for role in membership.roles.all()]
-                membership = members.member_update(caller=caller, user_id=membership.user_id,
-                                                   roles=sorted({*held, *wanted}),
-                                                   is_admin=admin or membership.is_admin)
-                if password:
-                    members.member_set_password(caller=caller, user_id=membership.user_id, password=password)
+        membership = members.member_ensure(caller=caller, username=username, password=password, email=email,
+                                           roles=wanted, is_admin=admin)
         state = person_state(membership)
         kind, roles_now = "admin" if state["admin"] else "member", ", ".join(state["roles"]) or "no roles"
         self.answer(options, state, f"person {state['username']} in {options['workspace']}: {kind}, {roles_now}")

@@ -45,20 +45,18 @@ class Command(WorkspaceCommand):
             self.answer(options, collection_state(created),
                         f"collection {created.name} created; nobody reads it until a rule says so")
             return
-        collection_id = collections.collection_get(caller=caller, name=name).pk
         if action == "rename":
-            renamed = collections.collection_rename(caller=caller, collection_id=collection_id, name=new_name)
+            renamed = collections.collection_rename(caller=caller, collection=name, name=new_name)
             self.answer(options, {"name": renamed.name, "was": name}, f"collection {name} renamed {renamed.name}")
         elif action == "retire":
-            retired = collections.collection_retire_fragments(caller=caller, collection_id=collection_id,
-                                                              confirm=confirm)
+            retired = collections.collection_retire_fragments(caller=caller, collection=name, confirm=confirm)
             self.answer(options, {"name": name, "retired": retired}, f"{retired} fragments of {name} retired")
         elif action == "delete":
-            deleted = collections.collection_delete(caller=caller, collection_id=collection_id)
+            deleted = collections.collection_delete(caller=caller, collection=name)
             self.answer(options, {"name": deleted, "deleted": True}, f"collection {deleted} deleted, with its rules")
         else:
             readers = [{"kind": r.kind, "name": r.name, "roles": list(r.roles)}
-                       for r in collections.collection_readers(caller=caller, collection_id=collection_id)]
+                       for r in collections.collection_readers(caller=caller, name=name)]
             self.answer(options, {"name": name, "readers": readers}, [
                 f"{r['kind']} {r['name']} (through {', '.join(r['roles']) or 'no role'})" for r in readers]
                 or f"Nobody may read {name}.")

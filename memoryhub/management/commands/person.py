@@ -42,17 +42,15 @@ class Command(WorkspaceCommand):
             people = [person_state(membership) for membership in members.members_list(caller=caller)]
             self.answer(options, {"people": people}, [person_line(state) for state in people] or "Nobody yet.")
             return
-        membership = members.member_get(caller=caller, username=username)
         if action == "show":
+            membership, reach = collections.member_reach(caller=caller, username=username)
             state = person_state(membership)
-            state["reads"] = [collection.name for collection in
-                              collections.member_readable_collections(caller=caller, user_id=membership.user_id)]
+            state["reads"] = [collection.name for collection in reach]
             self.answer(options, state, [person_line(state), f"reads: {', '.join(state['reads']) or 'nothing shared'}"])
             return
         if action in ADMIN_FLAG:
-            membership = members.member_set_admin(caller=caller, user_id=membership.user_id,
-                                                  is_admin=ADMIN_FLAG[action])
+            membership = members.member_set_admin(caller=caller, username=username, is_admin=ADMIN_FLAG[action])
         else:
-            membership = LIFECYCLE[action](caller=caller, user_id=membership.user_id)
+            membership = LIFECYCLE[action](caller=caller, username=username)
         state = person_state(membership)
         self.answer(options, state, person_line(state))

@@ -42,10 +42,9 @@ class Command(WorkspaceCommand):
             role = roles.role_create(caller=caller, name=name, description=description)
             self.answer(options, role_state(role), f"role {role.name} created")
         elif action == "delete":
-            role = roles.role_delete(caller=caller, role_id=roles.role_get(caller=caller, name=name).pk)
+            role = roles.role_delete(caller=caller, name=name)
             self.answer(options, {"name": role.name, "deleted": True}, f"role {role.name} deleted, with its rules")
         else:
-            user_id = members.member_get(caller=caller, username=username).user_id
             change = members.member_role_add if action == "assign" else members.member_role_remove
-            state = person_state(change(caller=caller, user_id=user_id, role=name))
+            state = person_state(change(caller=caller, username=username, role=name))
             self.answer(options, state, person_line(state))

@@ -32,8 +32,7 @@ class Command(WorkspaceCommand):
         if action == "grant":
             rule = access_rules.access_rule_grant(caller=caller, role=role, collection=collection)
         else:
-            found = access_rules.access_rule_get(caller=caller, role=role, collection=collection)
-            rule = access_rules.access_rule_revoke(caller=caller, rule_id=found.pk)
+            rule = access_rules.access_rule_revoke(caller=caller, role=role, collection=collection)
         verb = "may now read" if action == "grant" else "may no longer read"
         self.answer(options, {"role": rule.role.name, "collection": rule.collection.name, "reads": action == "grant"},
                     f"{rule.role.name} {verb} {rule.collection.name}")

@@ -5,8 +5,6 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.urls import NoReverseMatch, reverse
 
-from memoryhub.access import Caller
-from memoryhub.errors import NotFound
 from memoryhub.management.answers import WorkspaceCommand
 from memoryhub.services import sources
 
@@ -32,13 +30,6 @@ def source_endpoints() -> dict[str, str]:
     with contextlib.suppress(NoReverseMatch):  # a deployment without the ingestion API mounted
         endpoints["ingest_endpoint"] = f"{base}{reverse('ingest-document-upsert')}"
     return endpoints
-
-
-def _health(caller: Caller, name: str) -> sources.SourceHealth:
-    health = next((h for h in sources.sources_health(caller=caller) if h.source.agent.name == name), None)
-    if health is None:
-        raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
-    return health
 
 
 class Command(WorkspaceCommand):
@@ -77,7 +68,7 @@ class Command(WorkspaceCommand):
             sources.source_revoke(caller=caller, name=name)
         elif action in ("disable", "enable"):
             sources.source_set_enabled(caller=caller, name=name, enabled=action == "enable")
-        result = {**source_state(_health(caller, name)), **result}
+        result = {**source_state(sources.source_health(caller=caller, name=name)), **result}
         lines = [f"{key}: {value}" for key, value in result.items()]
         if "client_secret" in result:
             lines.append("The secret is shown once: store it now (grant_type=client_credentials, scope ingest).")
