@@ -134,13 +134,24 @@ def _json_problems(document: Any) -> Iterator[tuple[str, str]]:
             pending.extend((item, f"{where}[{index}]") for index, item in enumerate(value))
 
 
+def answers_machines(path: str) -> bool:
+    """Paths whose clients are programs, not people: their errors stay JSON
+    (the REST and internal APIs, MCP, OAuth's endpoints and discovery), except
+    the consent page a person opens in a browser."""
+    if path.startswith("/o/authorize"):
+        return False
+    return path.startswith(("/api/", "/internal/", "/mcp", "/o/", "/.well-known/"))
+
+
 def refusal(request: HttpRequest, field: str, message: str, status: int = 400) -> HttpResponse:
     """A refusal in the shape each part of the site answers errors in."""
     path = request.path_info
     message = message.replace("\x00", "\\u0000")
     if path.startswith(("/o/", "/.well-known/")):
-        return JsonResponse({"error": "invalid_request", "error_description": message}, status=status)
-    if path.startswith(("/api/", "/internal/")):
-        code = {400: "invalid_argument", 503: "unavailable"}.get(status, "request_refused")
+        error = "server_error" if status >= 500 and status != 503 else "invalid_request"
+        return JsonResponse({"error": error, "error_description": message}, status=status)
+    if path.startswith(("/api/", "/internal/", "/mcp")):
+        code = {400: "invalid_argument", 403: "permission_denied", 404: "not_found", 500: "internal",
+                503: "unavailable"}.get(status, "request_refused")
         return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
     return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")

@@ -255,6 +255,7 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_FAILURE_VIEW = "memoryhub.pages.errors.csrf_failure"
 _https = BASE_URL.startswith("https://")
 SESSION_COOKIE_SECURE = _https and not DEBUG
 CSRF_COOKIE_SECURE = _https and not DEBUG

@@ -17,3 +17,8 @@ urlpatterns = [
     # OAuth: discovery, /o/…, sign-in.
     path("", include("memoryhub.oauth.urls")),
 ]
+
+# The pages of an error (DEBUG off), in the site's frame with a reason and a way back.
+handler403 = "memoryhub.pages.errors.forbidden"
+handler404 = "memoryhub.pages.errors.not_found"
+handler500 = "memoryhub.pages.errors.server_error"
