@@ -27,10 +27,11 @@ def form_error(form: forms.Form, exc: MemoryhubError) -> None:
 class SearchForm(forms.Form):
     q = forms.CharField(label="Search your memory", max_length=limits.QUERY_MAX_CHARS, required=False)
     as_of = forms.DateTimeField(
-        label="As it stood at (UTC)", required=False,
+        label="As of (UTC)", required=False,
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
-        help_text="Leave empty for now.",
+        help_text="What your memory looked like at that moment (as_of): facts recorded later, or forgotten "
+                  "before it, are left out. Leave empty for now.",
     )
     limit = forms.IntegerField(label="At most", min_value=limits.LIMIT_MIN, max_value=limits.LIMIT_MAX,
                                required=False, widget=forms.NumberInput(attrs={"inputmode": "numeric"}))

@@ -13,6 +13,8 @@ from django.contrib import messages
 from django.contrib.auth import update_session_auth_hash
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_ratelimit.decorators import ratelimit
@@ -23,7 +25,7 @@ from memoryhub.pages.callers import SignedInRequest, login_required, person_call
 from memoryhub.pages.client_configs import client_configs
 from memoryhub.pages.forms import PasswordChangeForm, SearchForm, form_error
 from memoryhub.services import connected_apps, fragments, members, portability, proposals, receipts
-from memoryhub.services.search import fragments_search
+from memoryhub.services.search import SearchResult, fragments_search
 
 
 def _cursor(request: HttpRequest) -> str | None:
@@ -39,30 +41,63 @@ def home(request: SignedInRequest) -> HttpResponse:
     return render(request, "pages/home.html", context)
 
 
-@require_GET
+# What a search said beyond what its receipt records (each hit's score, the
+# notice), kept in the person's session for the results page of their last few
+# searches; a receipt opened without them still shows what was served.
+SEARCHES_KEPT = 10
+
+
+def _keep_search(request: HttpRequest, result: SearchResult) -> None:
+    kept = dict(request.session.get("searches", {}))
+    kept[result.receipt_id] = {
+        "scores": {str(hit.fragment.pk): hit.score for hit in result.hits},
+        "notice": result.notice or "", "abstain_reason": result.abstain_reason or "",
+    }
+    request.session["searches"] = dict(list(kept.items())[-SEARCHES_KEPT:])
+
+
+def _search_form_of(served: receipts.ServedResults) -> SearchForm:
+    asked = served.request
+    as_of = served.receipt.as_of if served.receipt.as_of_explicit else None
+    return SearchForm(initial={"q": asked.get("query", ""), "limit": asked.get("limit"),
+                               "as_of": as_of.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") if as_of else None})
+
+
+@require_http_methods(["GET", "POST"])
 @login_required
 def my_memory(request: SignedInRequest) -> HttpResponse:
-    """Browse one's own memory newest first; with a query, search everything
-    one may see through the same service the MCP tool calls (and get a receipt)."""
+    """Browse one's own memory newest first. Searching is an act: the form
+    POSTs, the search runs through the same service the MCP tool calls (and
+    leaves a receipt), and the answer is a redirect to this page naming the
+    receipt, which shows what that read served without searching again. So a
+    reload, back or forward records nothing; pressing Search again does."""
     caller = person_caller(request)
-    form = SearchForm(request.GET or None)
-    context: dict = {"form": form, "include_retired": request.GET.get("show") == "all"}
+    context: dict = {"include_retired": request.GET.get("show") == "all"}
     status = 200
-    if form.is_bound and form.is_valid() and form.cleaned_data["q"].strip():
-        as_of = form.cleaned_data["as_of"]
-        try:
-            result = fragments_search(
-                caller=caller, query=form.cleaned_data["q"], limit=form.cleaned_data["limit"],
-                as_of=as_of.astimezone(dt.UTC) if as_of else None,
-            )
-        except errors.MemoryhubError as exc:
-            form_error(form, exc)
-            status = 400
-        else:
-            context["result"] = result
-            context["owned"] = {hit.fragment.pk for hit in result.hits if access.owns_fragment(caller, hit.fragment)}
-    elif form.is_bound and not form.is_valid():
+    if request.method == "POST":
+        form = SearchForm(request.POST)
+        if form.is_valid() and not form.cleaned_data["q"].strip():
+            form.add_error("q", "Type what to search for.")
+        if form.is_valid():
+            as_of = form.cleaned_data["as_of"]
+            try:
+                result = fragments_search(
+                    caller=caller, query=form.cleaned_data["q"], limit=form.cleaned_data["limit"],
+                    as_of=as_of.astimezone(dt.UTC) if as_of else None,
+                )
+            except errors.MemoryhubError as exc:
+                form_error(form, exc)
+            else:
+                _keep_search(request, result)
+                return redirect(f"{reverse('my_memory')}?{urlencode({'receipt': result.receipt_id})}")
         status = 400
+    elif request.GET.get("receipt"):
+        served = receipts.receipt_served(caller=caller, receipt_id=request.GET["receipt"])
+        form = _search_form_of(served)
+        context.update(served=served, said=request.session.get("searches", {}).get(served.receipt.pk, {}))
+    else:
+        form = SearchForm(initial={"q": request.GET.get("q", "")})
+    context["form"] = form
     try:
         context["page"] = fragments.fragments_browse(
             caller=caller, cursor=_cursor(request), include_retired=context["include_retired"]

@@ -172,3 +172,26 @@ def receipt_fragments(*, caller: Caller, fragment_ids: Iterable[str]) -> dict[st
         "collection").defer("embedding")
     shown = access.fragments_shown_to(caller, candidates)
     return {str(view.fragment.pk): view for view in fragment_views(caller, shown)}
+
+
+@dataclass
+class ServedResults:
+    """What one of the caller's reads served, in rank order, as it may be shown
+    now: each id with its view, or None when the caller can no longer read it."""
+
+    receipt: Receipt
+    rows: list[tuple[str, FragmentView | None]]
+
+    @property
+    def request(self) -> dict:
+        return self.receipt.request or {}
+
+
+def receipt_served(*, caller: Caller, receipt_id: str) -> ServedResults:
+    """The results a receipt records, for showing them again (My memory after a
+    search, on every reload): read from the receipt, never searched again, so
+    no new receipt is written."""
+    receipt = receipt_get(caller=caller, receipt_id=receipt_id)
+    served = list(receipt.served or [])
+    shown = receipt_fragments(caller=caller, fragment_ids=served)
+    return ServedResults(receipt=receipt, rows=[(pk, shown.get(pk)) for pk in served])

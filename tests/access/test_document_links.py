@@ -137,7 +137,8 @@ def test_the_memory_pages_show_no_title_or_uri_of_a_forbidden_document(people):
     crm_document(people)
     fragment = write_and_enrich(people.caller(people.bruno), "crm-globex")
     client = signed_in(people.bruno)
-    for url in ("/memory/", f"/memory/{fragment.pk}/", "/memory/?q=follow-up+quarterly+review"):
+    searched = client.post("/memory/", {"q": "follow-up quarterly review"})["Location"]
+    for url in ("/memory/", f"/memory/{fragment.pk}/", searched):
         page = client.get(url)
         assert page.status_code == 200, url
         body = page.content.decode()

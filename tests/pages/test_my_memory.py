@@ -10,7 +10,6 @@ from django.utils import timezone
 
 from memoryhub.models import Fragment, Receipt
 from memoryhub.services import paging
-from memoryhub.services.search import SearchResult
 from tests.conftest import signed_in
 from tests.pages.helpers import remember, share, values
 
@@ -85,32 +84,75 @@ def test_it_hides_retired_facts_unless_asked(people):
 def test_search_uses_the_memory_service_and_leaves_a_receipt(people):
     remember(people.bruno, "My favourite editor is Helix.")
     share(people, "Restart the ingest worker with systemctl restart ingest.")
-    response = signed_in(people.bruno).get("/memory/", {"q": "favourite editor"})
-    assert response.status_code == 200
-    result = response.context["result"]
-    assert isinstance(result, SearchResult)
-    assert values(result)[0] == "My favourite editor is Helix."
-    receipt = Receipt.objects.get(pk=result.receipt_id)
+    client = signed_in(people.bruno)
+    sent = client.post("/memory/", {"q": "favourite editor"})
+    receipt = Receipt.objects.get()
+    assert sent.status_code == 302 and sent["Location"] == f"/memory/?receipt={receipt.pk}"
     assert receipt.reader_user == people.bruno
     assert receipt.request["query"] == "favourite editor"
-    assert receipt.served == result.served_ids
+    response = client.get(sent["Location"])
+    assert response.status_code == 200
+    served = response.context["served"]
+    assert served.receipt == receipt
+    assert [view.fragment.value for _, view in served.rows][0] == "My favourite editor is Helix."
+    assert [pk for pk, _ in served.rows] == receipt.served
     text = response.content.decode()
     assert f"/receipts/{receipt.pk}/" in text
-    assert "My favourite editor is Helix." in text.split('id="search-results"')[1]
+    results = text.split('id="search-results"')[1]
+    assert "My favourite editor is Helix." in results
+    assert "how closely it matched your search" in results  # the score, in plain words
+    assert 'value="favourite editor"' in text  # the search box still says what was asked
+
+
+def test_reloading_the_results_records_no_new_receipt_and_searching_again_does(people):
+    remember(people.bruno, "My favourite editor is Helix.")
+    client = signed_in(people.bruno)
+    first = client.post("/memory/", {"q": "favourite editor"})["Location"]
+    for _ in range(3):
+        assert client.get(first).status_code == 200
+    assert Receipt.objects.count() == 1
+    # A GET naming a query (an old bookmark) fills the box and searches nothing.
+    page = client.get("/memory/", {"q": "favourite editor"})
+    assert page.status_code == 200 and "served" not in page.context
+    assert Receipt.objects.count() == 1
+    second = client.post("/memory/", {"q": "favourite editor"})["Location"]
+    assert second != first and Receipt.objects.count() == 2
+
+
+def test_results_are_shown_only_from_ones_own_receipts(people):
+    remember(people.ada, "Ada keeps her notes in Obsidian.")
+    theirs = signed_in(people.ada).post("/memory/", {"q": "notes"})["Location"]
+    response = signed_in(people.bruno).get(theirs)
+    assert response.status_code == 404
+    assert b"Obsidian" not in response.content
+    assert Receipt.objects.count() == 1
+
+
+def test_a_receipt_opened_in_another_session_shows_what_was_served_without_scores(people):
+    remember(people.bruno, "My favourite editor is Helix.")
+    location = signed_in(people.bruno).post("/memory/", {"q": "favourite editor"})["Location"]
+    text = signed_in(people.bruno).get(location).content.decode().split('id="search-results"')[1]
+    assert "My favourite editor is Helix." in text and "score" not in text
+    assert Receipt.objects.count() == 1
 
 
 def test_search_never_shows_what_the_person_may_not_read(people):
     remember(people.ada, "The merger codename is Bluebird.")
     share(people, "The Bluebird account renews in May.", collection="accounts")
-    response = signed_in(people.bruno).get("/memory/", {"q": "Bluebird"})
-    assert response.context["result"].hits == []
+    client = signed_in(people.bruno)
+    response = client.get(client.post("/memory/", {"q": "Bluebird"})["Location"])
+    assert response.context["served"].rows == []
     assert b"Bluebird account" not in response.content and b"merger codename" not in response.content
 
 
 def test_search_validates_its_limits(people):
-    response = signed_in(people.bruno).get("/memory/", {"q": "x" * 2001})
+    client = signed_in(people.bruno)
+    assert client.post("/memory/", {"q": "x" * 2000}).status_code == 302
+    response = client.post("/memory/", {"q": "x" * 2001})
     assert response.status_code == 400
-    assert not Receipt.objects.exists()
+    assert client.post("/memory/", {"q": "  "}).status_code == 400
+    assert client.post("/memory/", {"q": "x", "limit": "51"}).status_code == 400
+    assert Receipt.objects.count() == 1
 
 
 def test_people_of_no_workspace_and_strangers_are_refused(people):
