@@ -113,12 +113,16 @@ class AgentForm(forms.Form):
 class SettingsForm(forms.Form):
     judgment_plane = forms.BooleanField(
         required=False, label="Judgment plane",
-        help_text="Arrange search results for the caller's task and task tags. Never changes what is visible.",
+        help_text="When on, a search that says what it is for (its task and task tags) gets the results "
+                  "best for that task first. It only changes the order: it never shows anyone a fact they could not "
+                  "already see, nor hides one.",
     )
     relevance_floor = forms.FloatField(
         min_value=0.0, max_value=1.0, label="Relevance floor",
         widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
-        help_text="0 to 1. A search abstains when no visible fragment scores at or above it.",
+        help_text="How closely a fact must match a search to be shown at all, from 0 (anything) to 1 "
+                  "(only a near-exact match). Each result's score says how closely it matched; when none reaches "
+                  "this floor the search shows nothing and says so (it abstains) rather than offer poor matches.",
     )
     write_policy = forms.ChoiceField(choices=Tenant.WritePolicy.choices, label="Write policy")
     stale_policy = forms.ChoiceField(

@@ -24,12 +24,13 @@ from django.conf import settings
 from django.db import OperationalError, transaction
 from django.db.models import prefetch_related_objects
 from django.utils import timezone
+from oauth2_provider.models import Application
 
 from contract import limits
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import MemoryhubError, NotFound
-from memoryhub.models import Fragment, Receipt
+from memoryhub.models import Agent, Fragment, Receipt
 from memoryhub.services.arguments import checked_text, uuid_or_none
 from memoryhub.services.fragments import FragmentView, fragment_views
 from memoryhub.services.paging import Page, keyset_page
@@ -43,6 +44,8 @@ from memoryhub.services.search import (
     is_cancelled,
     search_execute,
 )
+
+WEBSITE = "this website"
 
 RECEIPT_NOT_YOURS = "No receipt with this id is yours to replay; you can reopen only receipts of your own reads."
 
@@ -67,6 +70,8 @@ class ReceiptReplay:
     replayed: bool = False
     note: str | None = None
     grounding_changes: list[GroundingChange] = field(default_factory=list)
+    # Which app made the read, in plain words (`receipt_clients`).
+    client: str = ""
 
     @property
     def request(self) -> dict:
@@ -105,7 +110,7 @@ def receipt_replay(
     receipt = receipt_get(caller=caller, receipt_id=receipt_id)
     replay_as_of = receipt.as_of if receipt.as_of_explicit else timezone.now()
     replay = ReceiptReplay(receipt=receipt, reader=caller.display_name, replayed_as_of=replay_as_of,
-                           chain=entry_check(receipt))
+                           chain=entry_check(receipt), client=receipt_clients([receipt])[receipt.pk])
     same_budget = budget_named(receipt.budget)
     try:
         replay.served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds, same_budget)
@@ -154,10 +159,42 @@ def _re_execute(caller: Caller, receipt: Receipt, as_of: dt.datetime, deadline_s
     return execution.result.served_ids
 
 
-def receipts_browse(*, caller: Caller, cursor: str | None = None, limit: int | None = None) -> Page[Receipt]:
-    """The caller's own serving receipts, newest first, whichever app made the read."""
-    return keyset_page(Receipt.objects.filter(access.own_receipts(caller)), key="created_at", cursor=cursor,
+@dataclass(frozen=True)
+class ListedReceipt:
+    receipt: Receipt
+    client: str  # which app made the read, in plain words
+
+
+def receipts_browse(*, caller: Caller, cursor: str | None = None, limit: int | None = None) -> Page[ListedReceipt]:
+    """The caller's own serving receipts, newest first, whichever app made the
+    read, each with the app named."""
+    page = keyset_page(Receipt.objects.filter(access.own_receipts(caller)), key="created_at", cursor=cursor,
                        limit=limit)
+    clients = receipt_clients(page.items)
+    return Page(items=[ListedReceipt(receipt, clients[receipt.pk]) for receipt in page.items],
+                next_cursor=page.next_cursor)
+
+
+def receipt_clients(receipts: Iterable[Receipt]) -> dict[str, str]:
+    """Receipt id -> the app that made the read, as a person says it: the name
+    of the OAuth application its token was issued to, an agent by its name,
+    and "this website" for a search on these pages (a person's read with no
+    client). A client that has since been deleted is named by its id."""
+    receipts = list(receipts)
+    client_ids = {receipt.client_id for receipt in receipts if receipt.client_id}
+    names = dict(Application.objects.filter(client_id__in=client_ids).values_list("client_id", "name")) \
+        if client_ids else {}
+    agents = dict(Agent.objects.filter(pk__in={r.reader_agent_id for r in receipts if r.reader_agent_id})
+                  .values_list("pk", "name"))
+    labels = {}
+    for receipt in receipts:
+        if receipt.reader_agent_id is not None:
+            labels[receipt.pk] = f"the agent {agents.get(receipt.reader_agent_id, '')}".strip()
+        elif not receipt.client_id:
+            labels[receipt.pk] = WEBSITE
+        else:
+            labels[receipt.pk] = names.get(receipt.client_id) or f"an app no longer registered ({receipt.client_id})"
+    return labels
 
 
 def receipt_fragments(*, caller: Caller, fragment_ids: Iterable[str]) -> dict[str, FragmentView]:
@@ -181,6 +218,7 @@ class ServedResults:
 
     receipt: Receipt
     rows: list[tuple[str, FragmentView | None]]
+    client: str = ""
 
     @property
     def request(self) -> dict:
@@ -194,4 +232,5 @@ def receipt_served(*, caller: Caller, receipt_id: str) -> ServedResults:
     receipt = receipt_get(caller=caller, receipt_id=receipt_id)
     served = list(receipt.served or [])
     shown = receipt_fragments(caller=caller, fragment_ids=served)
-    return ServedResults(receipt=receipt, rows=[(pk, shown.get(pk)) for pk in served])
+    return ServedResults(receipt=receipt, rows=[(pk, shown.get(pk)) for pk in served],
+                         client=receipt_clients([receipt])[receipt.pk])

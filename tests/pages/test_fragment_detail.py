@@ -52,3 +52,10 @@ def test_it_validates_ownership(people):
 def test_an_unknown_id_is_a_404(people):
     assert signed_in(people.bruno).get("/memory/00000000-0000-0000-0000-000000000000/").status_code == 404
     assert Fragment.objects.count() == 0
+
+
+def test_it_says_what_confidence_and_the_times_mean(people):
+    fragment_id = remember(people.bruno, "The deploy freeze starts on Friday.").results[0].fragment_id
+    text = signed_in(people.bruno).get(f"/memory/{fragment_id}/").content.decode()
+    assert "How sure the writer was" in text and "how closely a fact matched one search" in text
+    assert "When it entered memory" in text and "<code>as_of</code>" in text

@@ -11,7 +11,7 @@ from django.utils import timezone
 from memoryhub.models import Fragment, Receipt
 from memoryhub.services import paging
 from tests.conftest import signed_in
-from tests.pages.helpers import remember, share, values
+from tests.pages.helpers import remember, share
 
 
 def _own(user, value: str, *, minutes_ago: int) -> Fragment:

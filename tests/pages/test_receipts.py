@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.test import Client
 
-from memoryhub.models import AccessRule
+from memoryhub.models import AccessRule, Receipt
 from memoryhub.services.receipts import ReceiptReplay
 from memoryhub.services.search import fragments_search
 from tests.conftest import signed_in
@@ -59,3 +59,40 @@ def test_an_agents_receipt_is_not_a_persons(people):
     receipt_id = fragments_search(caller=as_agent(people.triage_bot), query="runbooks").receipt_id
     assert signed_in(people.ada).get(f"/receipts/{receipt_id}/").status_code == 404
     assert "runbooks" not in signed_in(people.ada).get("/receipts/").content.decode()
+
+
+def test_each_receipt_says_which_app_searched(people):
+    from oauth2_provider.models import Application
+
+    from memoryhub.services.receipts import receipt_clients
+
+    app = Application.objects.create(name="Claude Desktop", client_id="claude-desktop-1",
+                                     client_type=Application.CLIENT_PUBLIC,
+                                     authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
+                                     redirect_uris="http://127.0.0.1:1/cb")
+    by_app = fragments_search(caller=people.caller(people.bruno, client_id=app.client_id), query="from the app")
+    gone = fragments_search(caller=people.caller(people.bruno, client_id="deleted-client"), query="from a gone app")
+    client = signed_in(people.bruno)
+    on_site = client.post("/memory/", {"q": "from the website"})["Location"].rsplit("=", 1)[1]
+    by_agent = fragments_search(caller=as_agent(people.triage_bot), query="an agent's read")
+
+    listed = {item.receipt.pk: item.client for item in client.get("/receipts/").context["page"].items}
+    assert listed == {by_app.receipt_id: "Claude Desktop", on_site: "this website",
+                      gone.receipt_id: "an app no longer registered (deleted-client)"}
+    text = client.get("/receipts/").content.decode()
+    assert "Searched from <strong>Claude Desktop</strong>" in text
+    assert "Searched from <strong>this website</strong>" in text
+    detail = client.get(f"/receipts/{by_app.receipt_id}/")
+    assert detail.context["replay"].client == "Claude Desktop"
+    assert 'id="receipt-client">Claude Desktop<' in detail.content.decode()
+    # An agent's read (shown on no person's page) is named by the agent.
+    agents_read = Receipt.objects.get(pk=by_agent.receipt_id)
+    assert receipt_clients([agents_read]) == {by_agent.receipt_id: "the agent triage-bot"}
+
+
+def test_the_receipt_page_explains_as_of_in_plain_words(people):
+    receipt_id = search(people.bruno, "anything").receipt_id
+    text = signed_in(people.bruno).get(f"/receipts/{receipt_id}/").content.decode()
+    assert "<code>as_of</code>" in text  # the contract's term stays
+    assert "What memory looked like at this moment is what the search saw" in text
+    assert "the search named no time" in text

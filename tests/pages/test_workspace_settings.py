@@ -40,3 +40,10 @@ def test_it_validates_ownership(people):
     _post(signed_in(people.olga), relevance_floor="0.9")
     assert Tenant.objects.get(pk=people.acme.pk).relevance_floor == 0.0
     assert Tenant.objects.get(pk=people.globex.pk).relevance_floor == 0.9
+
+
+def test_the_settings_say_what_the_judgment_plane_and_the_relevance_floor_do(people):
+    text = signed_in(people.ada).get("/workspace/settings/").content.decode().replace("&#x27;", "'")
+    assert "Judgment plane" in text and "Relevance floor" in text  # the contract's terms stay
+    assert "It only changes the order: it never shows anyone a fact they could not already see" in text
+    assert "Each result's score says how closely it matched" in text
