@@ -986,6 +986,67 @@ def may_read_collection(caller: Caller, collection: Collection, *, audience: Aud
     return rule.holds(_collection_facts(collection, instant))
 
 
+# --------------------------------------------------------------------------- the audience of a fact
+
+
+@dataclass(frozen=True)
+class Reader:
+    kind: str  # "person" or "agent"
+    name: str
+    roles: tuple[str, ...]  # the roles that give them the right (none for an owner)
+    user_id: int | None = None
+
+
+@dataclass(frozen=True)
+class FactAudience:
+    """Who may read a fact kept in one place: private memory (its owner alone)
+    or a collection (whoever today's access rules let read it)."""
+
+    private: bool
+    readers: tuple[Reader, ...]
+    # A collection's: the roles its rules name, held by someone or not.
+    granting_roles: tuple[str, ...] = ()
+
+
+def fact_audience(
+    caller: Caller, *, collection: Collection | None = None, owner_user: User | None = None,
+    owner_agent: Agent | None = None,
+) -> FactAudience:
+    """Who could read a fact kept in `collection`, or privately by its owner,
+    now: the same rule tree every read obeys (`may_read_collection`), asked
+    for each active person and assistant agent of the workspace. Connected
+    sources are writers, never readers. For a workspace's admins (the access
+    page, the review console), who may see the members and rules anyway."""
+    tenant = require_admin(caller)
+    if collection is None:
+        if owner_user is not None and owner_user.tenant_id == tenant.pk:
+            return FactAudience(private=True, readers=(Reader(kind="person", name=owner_user.username, roles=(),
+                                                              user_id=owner_user.pk),))
+        if owner_agent is not None and owner_agent.tenant_id == tenant.pk:
+            return FactAudience(private=True, readers=(Reader(kind="agent", name=owner_agent.name, roles=()),))
+        raise PermissionDenied("A private fact's owner must belong to this workspace.")
+    if collection.tenant_id != tenant.pk:
+        raise PermissionDenied("This collection belongs to another workspace.")
+    granting = tuple(sorted(AccessRule.objects.filter(tenant=tenant, collection=collection)
+                            .values_list("role__name", flat=True)))
+    candidates: list[tuple[Caller, Reader]] = []
+    memberships = (Membership.objects.filter(tenant=tenant, user__tenant=tenant, user__is_active=True)
+                   .select_related("user", "tenant").order_by("user__username"))
+    for membership in memberships:
+        candidates.append((caller_for_user(user=membership.user),
+                           Reader(kind="person", name=membership.user.username, roles=(), user_id=membership.user_id)))
+    for agent in Agent.objects.filter(tenant=tenant, kind=Agent.Kind.ASSISTANT, revoked_at__isnull=True).order_by(
+            "name"):
+        candidates.append((caller_for_agent(agent=agent), Reader(kind="agent", name=agent.name, roles=())))
+    readers = []
+    for reader_caller, reader in candidates:
+        audience = role_audience(reader_caller)
+        if may_read_collection(reader_caller, collection, audience=audience):
+            readers.append(Reader(kind=reader.kind, name=reader.name, user_id=reader.user_id,
+                                  roles=tuple(name for name in audience.role_names if name in granting)))
+    return FactAudience(private=False, readers=tuple(readers), granting_roles=granting)
+
+
 # --------------------------------------------------------------------------- documents
 
 

@@ -10,8 +10,6 @@ keep their home, readable by nobody) and frees its name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
@@ -22,7 +20,6 @@ from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
 from memoryhub.models import (
     AccessRule,
-    Agent,
     Collection,
     Fragment,
     Membership,
@@ -156,27 +153,14 @@ def collection_names(*, caller: Caller) -> list[str]:
                 .values_list("name", flat=True))
 
 
-@dataclass(frozen=True)
-class Reader:
-    kind: str  # "person" or "agent"
-    name: str
-    roles: tuple[str, ...]
-    user_id: int | None = None
+Reader = access.Reader
 
 
 def collection_readers(*, caller: Caller, collection_id: int | None = None, name: str | None = None) -> list[Reader]:
-    """Everyone who may read the collection (by id or name) now, with the roles
-    that give them the right."""
-    tenant = access.require_admin(caller)
+    """Everyone who may read the collection (by id or name) now, with the
+    roles that give them the right (memoryhub.access.fact_audience)."""
     collection = collection_get(caller=caller, collection_id=collection_id, name=name)
-    granting = set(AccessRule.objects.filter(tenant=tenant, collection=collection).values_list("role__name", flat=True))
-    found = []
-    for reader_caller, reader in _readers(caller):
-        audience = access.role_audience(reader_caller)
-        if access.may_read_collection(reader_caller, collection, audience=audience):
-            found.append(Reader(kind=reader.kind, name=reader.name, user_id=reader.user_id,
-                                roles=tuple(name for name in audience.role_names if name in granting)))
-    return found
+    return list(access.fact_audience(caller, collection=collection).readers)
 
 
 def member_readable_collections(*, caller: Caller, user_id: int) -> list[Collection]:
@@ -199,19 +183,3 @@ def member_reach(*, caller: Caller, user_id: int | None = None,
         collection for collection in Collection.objects.filter(tenant=tenant, deleted_at__isnull=True).order_by("name")
         if access.may_read_collection(person, collection, audience=audience)
     ]
-
-
-def _readers(caller: Caller) -> list[tuple[Caller, Reader]]:
-    tenant = caller.tenant
-    readers = []
-    memberships = (
-        Membership.objects.filter(tenant=tenant, user__tenant=tenant, user__is_active=True)
-        .select_related("user").order_by("user__username")
-    )
-    for membership in memberships:
-        person = access.caller_for_user(user=membership.user)
-        readers.append((person, Reader(kind="person", name=membership.user.username, roles=(),
-                                       user_id=membership.user_id)))
-    for agent in Agent.objects.filter(tenant=tenant, kind=Agent.Kind.ASSISTANT, revoked_at__isnull=True):
-        readers.append((access.caller_for_agent(agent=agent), Reader(kind="agent", name=agent.name, roles=())))
-    return readers

@@ -23,25 +23,31 @@ tools (contract 001).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
+from pgvector.django import CosineDistance
 
 from contract import limits
 from memoryhub import access
 from memoryhub.access import Caller
+from memoryhub.embeddings import get_embedder
 from memoryhub.errors import Conflict, MemoryhubError, NotFound, PermissionDenied
-from memoryhub.models import Proposal
+from memoryhub.models import Fragment, Proposal
 from memoryhub.services.arguments import checked_text
 from memoryhub.services.privacy import privacy_explanation, privacy_findings
 from memoryhub.services.write import (
     CONFIDENCE_APPROVED_AGENT,
     CONFIDENCE_STATED,
+    MAX_CANDIDATES,
     PRIVACY_DROP,
     CandidateOutcome,
     WriteOutcome,
@@ -49,6 +55,8 @@ from memoryhub.services.write import (
     pipeline_run,
     split_candidates,
 )
+
+logger = logging.getLogger("memoryhub.reviews")
 
 REASON_MAX_CHARS = 2000
 
@@ -220,11 +228,29 @@ class CandidatePreview:
     target_value: str = ""
 
 
+@dataclass(frozen=True)
+class NearDuplicate:
+    """Something already waiting or remembered in the same place whose text is
+    nearly the proposal's. Each carries an id only when the reviewer may open
+    it (memoryhub.access says), so the page links nothing it should not."""
+
+    kind: str  # "proposal" (pending) or "memory" (live)
+    text: str
+    similarity: float
+    proposal_id: str | None = None
+    fragment_id: str | None = None
+
+
 @dataclass
 class ProposalPreview:
     outcome: str = ""
     candidates: list[CandidatePreview] = field(default_factory=list)
     error: str | None = None
+    # Who could read the fact once approved (memoryhub.access.fact_audience).
+    audience: access.FactAudience | None = None
+    near: list[NearDuplicate] = field(default_factory=list)
+    # The near-duplicate check needs the embedder; when it is down, this says so.
+    near_unchecked: bool = False
 
 
 class _Discard(Exception):
@@ -238,6 +264,7 @@ def proposals_preview(
     maps a proposal id to edited content to preview instead of its own."""
     access.require_reviewer(caller)
     contents = contents or {}
+    proposals = list(proposals)
     previews: dict[Any, ProposalPreview] = {}
     now = timezone.now()
     # One transaction for the page: each dry run is a savepoint inside it, and
@@ -249,7 +276,116 @@ def proposals_preview(
             edited = contents.get(proposal.pk)
             content = edited if edited is not None else proposal.content
             previews[proposal.pk] = _dry_run(caller, proposal, content, now=now, edited=edited is not None)
+    audiences: dict[int, access.FactAudience] = {}
+    for proposal_id, preview in previews.items():
+        proposal = next(p for p in proposals if p.pk == proposal_id)
+        # Approval writes into the proposing agent's private memory (decision 8).
+        if proposal.agent_id not in audiences:
+            audiences[proposal.agent_id] = access.fact_audience(caller, owner_agent=proposal.agent)
+        preview.audience = audiences[proposal.agent_id]
+    _flag_near_duplicates(caller, [p for p in proposals if p.pk in previews], contents, previews)
     return previews
+
+
+# Near-duplicates are judged by the cosine similarity of the texts' sentence
+# embeddings (the same all-MiniLM-L6-v2 vectors search and the write pipeline
+# use; pgvector for the stored ones). Measured on pairs of facts
+# (tests/reviews/test_near_duplicates.py holds them): paraphrases and
+# restatements score 0.92 to 0.96 ("The deploy freeze starts on Friday." /
+# "Deploy freeze begins Friday." 0.95; "On-call rotates each Monday." 0.94), a
+# changed detail 0.97 (a date: exactly what a reviewer should compare), while
+# related but different facts stay at or below 0.73 ("The staging database is
+# db-stg-2." / "The production database is db-prod-1." 0.73; "Alice leads the
+# payments team." / "Bob leads ..." 0.72) and unrelated ones near 0. 0.85 (the
+# write pipeline's own threshold for naming a neighbour) sits in the gap. A
+# looser paraphrase can fall below it ("Initech's contract renewal is in
+# April." 0.80): the flag is a hint, never a gate. PostgreSQL's trigram
+# similarity would judge spelling rather than meaning, and the embedded
+# PostgreSQL ships without pg_trgm.
+NEAR_DUPLICATE_SIMILARITY = 0.85
+# Pending proposals compared with each previewed one: the agent's newest.
+NEAR_PROPOSALS_MAX = 200
+NEAR_MEMORIES_PER_FACT = 3
+_VECTOR_CACHE_SECONDS = 24 * 3600
+
+
+def _vectors(texts: Iterable[str]) -> dict[str, list[float]]:
+    """Sentence vectors of `texts`, cached by text (a queue page is reloaded
+    often; a pending proposal's text never changes)."""
+    wanted = list(dict.fromkeys(texts))
+    keys = {text: "proposal-vector:" + hashlib.sha256(text.encode()).hexdigest() for text in wanted}
+    cached = cache.get_many(list(keys.values()))
+    found = {text: cached[key] for text, key in keys.items() if key in cached}
+    missing = [text for text in wanted if text not in found]
+    if missing:
+        fresh = get_embedder().embed(missing)
+        found.update(zip(missing, (list(map(float, vector)) for vector in fresh), strict=True))
+        cache.set_many({keys[text]: found[text] for text in missing}, timeout=_VECTOR_CACHE_SECONDS)
+    return found
+
+
+def _facts(content: str) -> list[str]:
+    return split_candidates(content)[:MAX_CANDIDATES]
+
+
+def _flag_near_duplicates(caller: Caller, proposals: list[Proposal], contents: dict[Any, str],
+                          previews: dict[Any, ProposalPreview]) -> None:
+    """Other pending proposals of the same agent, and the agent's live memory
+    (where an approved fact goes), whose text is nearly a previewed one's."""
+    if not proposals:
+        return
+    others = list(
+        Proposal.objects.filter(tenant=caller.tenant, state=Proposal.State.PENDING,
+                                agent_id__in={p.agent_id for p in proposals})
+        .select_related("agent", "tenant").order_by("-created_at", "pk")[:NEAR_PROPOSALS_MAX]
+    )
+    texts = {p.pk: _facts(contents.get(p.pk, p.content)) for p in proposals}
+    texts.update({p.pk: _facts(p.content) for p in others if p.pk not in texts})
+    try:
+        vectors = _vectors(text for facts in texts.values() for text in facts)
+    except Exception:  # noqa: BLE001 - without the embedder the preview still shows what approving does
+        logger.exception("near-duplicate check skipped: the embedder failed")
+        for proposal in proposals:
+            previews[proposal.pk].near_unchecked = True
+        return
+    for proposal in proposals:
+        preview = previews[proposal.pk]
+        mine = [vectors[text] for text in texts[proposal.pk]]
+        for other in others:
+            if other.pk == proposal.pk or other.agent_id != proposal.agent_id:
+                continue
+            similarity = max((_cosine(a, vectors[b]) for a in mine for b in texts[other.pk]), default=0.0)
+            if similarity >= NEAR_DUPLICATE_SIMILARITY:
+                preview.near.append(NearDuplicate(
+                    kind="proposal", text=other.content, similarity=similarity,
+                    proposal_id=str(other.pk) if access.may_review(caller, other) else None))
+        targets = {c.target_id for c in preview.candidates if c.target_id}
+        seen: dict[Any, NearDuplicate] = {}
+        memory = access.agent_memory_for_review(caller, proposal.agent).filter(
+            retired_at__isnull=True, embedding__isnull=False)
+        for vector in mine:
+            rows = (memory.annotate(distance=CosineDistance("embedding", vector))
+                    .filter(distance__lte=1.0 - NEAR_DUPLICATE_SIMILARITY)
+                    .order_by("distance", "pk").values_list("pk", "value", "distance")[:NEAR_MEMORIES_PER_FACT])
+            for pk, value, distance in rows:
+                if str(pk) in targets:
+                    continue  # already named above: approving merges into it or supersedes it
+                similarity = 1.0 - float(distance)
+                if pk not in seen or seen[pk].similarity < similarity:
+                    seen[pk] = NearDuplicate(kind="memory", text=value, similarity=similarity)
+        if seen:
+            openable = {fragment.pk for fragment in access.fragments_shown_to(
+                caller, access.with_access_facts(Fragment.objects.filter(pk__in=list(seen))))}
+            preview.near.extend(
+                NearDuplicate(kind=item.kind, text=item.text, similarity=item.similarity,
+                              fragment_id=str(pk) if pk in openable else None)
+                for pk, item in seen.items())
+        preview.near.sort(key=lambda item: -item.similarity)
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    # The embedder's vectors are L2-normalised: the dot product is the cosine.
+    return float(sum(x * y for x, y in zip(a, b, strict=True)))
 
 
 def _dry_run(caller: Caller, proposal: Proposal, content: str, *, now: dt.datetime, edited: bool) -> ProposalPreview:

@@ -81,13 +81,15 @@ def test_it_filters_by_agent_and_age(people):
 
 def test_it_pages(people, monkeypatch):
     monkeypatch.setattr(views, "PAGE_SIZE", 2)
-    for n in range(3):
-        propose(people.triage_bot, f"Fact number {n} for the queue.")
+    # Facts unlike each other: a near-duplicate would be named on the other's page.
+    for fact in ("The release train leaves every Tuesday.", "The office printer is on floor 3.",
+                 "Customer Initech renews in April."):
+        propose(people.triage_bot, fact)
     client = signed_in(people.ada)
     first = client.get("/reviews/").content.decode()
     second = client.get("/reviews/", {"page": 2}).content.decode()
-    assert "Fact number 0" in first and "Fact number 2" not in first
-    assert "Fact number 2" in second and "Page 2 of 2" in second
+    assert "release train" in first and "Initech" not in first
+    assert "Initech" in second and "Page 2 of 2" in second
 
 
 def test_it_loads_its_shortcuts_script_and_no_inline_script(people):
