@@ -25,7 +25,7 @@ from tests.conftest import signed_in
 
 # Names the project's views, forms and the OAuth toolkit read (a superset is harmless).
 PARAMETERS = (
-    "q", "as_of", "limit", "cursor", "show", "page", "agent", "age", "state", "collection", "person", "next",
+    "q", "receipt", "as_of", "limit", "cursor", "show", "page", "agent", "age", "state", "collection", "person", "next",
     "workspace", "username", "password", "email", "roles", "is_admin", "name", "description", "role", "kind",
     "scopes", "display_name", "judgment_plane", "relevance_floor", "write_policy", "blocked_terms", "content",
     "reason", "action", "proposals", "client_id", "client_secret", "redirect_uri", "response_type", "scope",
