@@ -320,15 +320,24 @@ def grantable_scopes(application: Application | None) -> frozenset[str]:
     return frozenset()
 
 
-def audience_refusal(scopes: CollectionOf[str], *, admin_api: bool) -> str | None:
-    """Why a token carrying `scopes` may not be issued for the REST admin API
-    (admin_api) or for an MCP endpoint, or None. The two never mix: a token for
-    the admin API carries workspace.admin alone, and a token for MCP never
-    carries it, so neither opens the other."""
+def audience_refusal(scopes: CollectionOf[str], *, admin_api: bool, user: User | None = None,
+                     before_consent: bool = False) -> str | None:
+    """Why a token carrying `scopes` may not be issued (to `user`) for the REST
+    admin API (admin_api) or for an MCP endpoint, or None. The two never mix: a
+    token for the admin API carries workspace.admin alone, and a token for MCP
+    never carries it, so neither opens the other. workspace.admin goes only to
+    a live person who administers their workspace at that moment: at consent,
+    at the code's exchange and at every refresh. (`before_consent`: the consent
+    page is being drawn and nobody has answered it yet; the page asks again
+    with the signed-in person and offers no Allow when refused.)"""
     if admin_api and set(scopes) != {ADMIN_SCOPE}:
         return f"A token for the REST admin API carries the {ADMIN_SCOPE} scope and nothing else."
     if not admin_api and ADMIN_SCOPE in scopes:
         return f"The {ADMIN_SCOPE} scope is issued only for the REST admin API's resource."
+    if admin_api and not before_consent:
+        membership = person_membership(user) if user is not None and user.is_authenticated else None
+        if membership is None or not membership.is_admin:
+            return f"Only a workspace's admins are issued the {ADMIN_SCOPE} scope."
     return None
 
 

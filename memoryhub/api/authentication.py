@@ -37,6 +37,7 @@ from memoryhub import access
 from memoryhub.access import ADMIN_SCOPE, INGEST_SCOPE, Caller
 from memoryhub.models import Source
 from memoryhub.oauth.policy import ADMIN_API_PATH, admin_api_url, resource_url
+from memoryhub.oauth.tokens import mark_used
 from memoryhub.services import sources
 
 
@@ -137,6 +138,7 @@ class AdminTokenAuthentication(OAuth2Authentication):
             request.oauth2_error = {"error": "invalid_token",
                                     "error_description": "Nobody is entitled to this token any more."}
             raise exceptions.AuthenticationFailed("The access token is no longer valid.")
+        mark_used(token)  # Connected apps shows when it was last used
         return AdminPrincipal(caller=caller), token
 
     def authenticate_header(self, request):  # type: ignore[no-untyped-def]

@@ -123,7 +123,9 @@ def check_scopes_fit_audience(request) -> dict:
     """oauthlib hook once scopes and audience are known (after consent's scope
     check, and before any token is saved): workspace.admin only for the REST
     admin API, and that resource for workspace.admin only."""
-    why = access.audience_refusal(request.scopes or [], admin_api=for_admin_api(request))
+    user = getattr(request, "user", None)
+    why = access.audience_refusal(request.scopes or [], admin_api=for_admin_api(request), user=user,
+                                  before_consent=user is None and request.grant_type is None)
     if why is not None:
         raise errors.InvalidScopeError(description=why, request=request)
     return {}

@@ -86,7 +86,7 @@ def verified_row(row: AccessToken, *, resource: str) -> VerifiedToken | None:
     scopes = access.scopes_at_mcp(holder, row.scope.split())
     if not scopes or holder.kind == "source":
         return None
-    _mark_used(row)
+    mark_used(row)
     return VerifiedToken(
         tenant=str(holder.tenant.pk), subject=holder.subject, kind=holder.kind, scopes=scopes,
         client_id=row.application.client_id, resource=resource,
@@ -99,7 +99,7 @@ logger = logging.getLogger("memoryhub.oauth")
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-def _mark_used(row: AccessToken) -> None:
+def mark_used(row: AccessToken) -> None:
     """At most one write a minute per token (the condition is in the UPDATE,
     so concurrent requests do not queue on the row); verification never fails
     because the write did (a read-only standby, say)."""

@@ -187,6 +187,8 @@ class AuthorizeView(AuthorizationView):
             ],
             read_only=resource == resource_url(MCP_READONLY_PATH),
             admin_api=resource == resource_url(ADMIN_API_PATH),
+            admin_refusal=access.audience_refusal([ADMIN_SCOPE], admin_api=True, user=self.request.user)
+            if resource == resource_url(ADMIN_API_PATH) else None,
             return_host=urlsplit(redirect_uri).netloc,
             client_name=(application.name if application else "") or "An unnamed app",
             self_named=bool(application and application.registration_source != "manual"),

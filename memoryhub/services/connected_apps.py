@@ -18,8 +18,8 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
 from memoryhub import access
-from memoryhub.access import MEMORY_SCOPES, Caller
-from memoryhub.oauth.policy import resource_urls
+from memoryhub.access import ADMIN_SCOPE, MEMORY_SCOPES, Caller
+from memoryhub.oauth.policy import issued_resources
 
 
 @dataclass(frozen=True)
@@ -53,20 +53,22 @@ def connected_apps_list(*, caller: Caller) -> list[ConnectedApp]:
                                                                "updated", "resource")
     # What the person granted is on the tokens issued for the MCP endpoints; an
     # edge deployment's exchanged credentials (another audience, narrowed) only say it was used.
-    public = set(resource_urls())
-    scopes: dict[int, tuple[datetime, set[str]]] = {}
+    public = set(issued_resources())
+    # Per client and resource (an app may hold an MCP grant and an admin API grant), the newest token's scopes.
+    scopes: dict[tuple[int, tuple[str, ...]], tuple[datetime, set[str]]] = {}
     access_ends: dict[int, datetime] = {}
     first_token: dict[int, datetime] = {}
     last_used: dict[int, datetime] = {}
     for application_id, scope, expires, created, updated, resource in tokens:
-        memory = set(scope.split()) & set(MEMORY_SCOPES)
-        if not memory:
+        granted = set(scope.split()) & {*MEMORY_SCOPES, ADMIN_SCOPE}
+        if not granted:
             continue  # a registration token, not an authorisation
         last_used[application_id] = max(updated, last_used.get(application_id, updated))
         if not public & set(resource or []):
             continue
-        if application_id not in scopes or created > scopes[application_id][0]:
-            scopes[application_id] = (created, memory)  # the grant as it stands: its newest token's scopes
+        key = (application_id, tuple(resource or ()))
+        if key not in scopes or created > scopes[key][0]:
+            scopes[key] = (created, granted)  # the grant as it stands: its newest token's scopes
         if expires > now:
             access_ends[application_id] = max(expires, access_ends.get(application_id, expires))
         first_token[application_id] = min(created, first_token.get(application_id, created))
@@ -76,11 +78,14 @@ def connected_apps_list(*, caller: Caller) -> list[ConnectedApp]:
         RefreshToken.objects.filter(user=user, token_family__in=families).values("application_id")
         .annotate(began=Min("created")).values_list("application_id", "began")
     ) if families else {}
+    grants: dict[int, set[str]] = {}
+    for (application_id, _), (_, granted) in scopes.items():
+        grants.setdefault(application_id, set()).update(granted)
     applications = Application.objects.in_bulk(list(shown))
     apps = [
         ConnectedApp(
             application=applications[application_id],
-            scopes=[s for s in MEMORY_SCOPES if s in scopes.get(application_id, (now, set()))[1]],
+            scopes=[s for s in (*MEMORY_SCOPES, ADMIN_SCOPE) if s in grants.get(application_id, set())],
             connected=application_id in live_refresh,
             access_ends=access_ends.get(application_id),
             connected_on=chain_began.get(application_id) or (

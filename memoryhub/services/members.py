@@ -33,7 +33,7 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, Grant, RefreshToken
 
 from memoryhub import access
-from memoryhub.access import Caller
+from memoryhub.access import ADMIN_SCOPE, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Membership, Tenant, User
 from memoryhub.services.arguments import storable
@@ -139,10 +139,7 @@ def member_update(*, caller: Caller, user_id: int | None = None, username: str |
                                         refuse_removed="giving them roles" if roles else "changing them")
     granted = roles_named(tenant, roles) if roles is not None else None
     if is_admin is not None:
-        if membership.is_admin and not is_admin:
-            _keeps_an_admin(tenant, membership)
-        membership.is_admin = is_admin
-        membership.save(update_fields=["is_admin"])
+        _set_admin(tenant, membership, is_admin)
     if granted is not None:
         membership.roles.set(granted)
     return membership
@@ -189,11 +186,23 @@ def member_set_admin(*, caller: Caller, is_admin: bool, user_id: int | None = No
     """Make a member a workspace admin, or an ordinary member again (the
     workspace keeps an active admin)."""
     tenant, membership = _member_locked(caller, user_id, username, refuse_removed="changing their admin flag")
+    _set_admin(tenant, membership, is_admin)
+    return membership
+
+
+def _set_admin(tenant: Tenant, membership: Membership, is_admin: bool) -> None:
+    """Set the admin flag of a locked member. Someone who stops being an admin
+    loses every REST admin API credential at once (tokens, refresh chains,
+    pending codes), so being made one again later revives none of them."""
     if membership.is_admin and not is_admin:
         _keeps_an_admin(tenant, membership)
+        now = timezone.now()
+        RefreshToken.objects.filter(user_id=membership.user_id, access_token__scope=ADMIN_SCOPE,
+                                    revoked__isnull=True).update(revoked=now)
+        AccessToken.objects.filter(user_id=membership.user_id, scope=ADMIN_SCOPE).delete()
+        Grant.objects.filter(user_id=membership.user_id, scope=ADMIN_SCOPE).delete()
     membership.is_admin = is_admin
     membership.save(update_fields=["is_admin"])
-    return membership
 
 
 @transaction.atomic

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from oauth2_provider.models import Application
 
@@ -113,14 +114,25 @@ def test_token_holder_is_live_while_the_person_or_agent_is(people):
     assert access.token_holder(application=agent_app, user=None) is None
 
 
-def test_the_admin_scope_and_the_memory_scopes_never_share_a_token():
+def test_the_admin_scope_and_the_memory_scopes_never_share_a_token(people):
     admin = access.ADMIN_SCOPE
-    assert access.audience_refusal([admin], admin_api=True) is None
+    assert access.audience_refusal([admin], admin_api=True, user=people.ada) is None
+    assert access.audience_refusal([admin], admin_api=True, before_consent=True) is None
     assert access.audience_refusal(["memory.read"], admin_api=False) is None
     for scopes in ([], ["memory.read"], [admin, "memory.read"]):
-        assert access.audience_refusal(scopes, admin_api=True) is not None, scopes
+        assert access.audience_refusal(scopes, admin_api=True, user=people.ada) is not None, scopes
     for scopes in ([admin], [admin, "memory.read"]):
         assert access.audience_refusal(scopes, admin_api=False) is not None, scopes
+
+
+def test_the_admin_scope_goes_only_to_a_live_admin_of_the_workspace_now(people):
+    admin = [access.ADMIN_SCOPE]
+    refused = [None, people.bruno, people.nomad, AnonymousUser()]
+    assert all(access.audience_refusal(admin, admin_api=True, user=user) for user in refused)
+    people.ada.is_active = False
+    people.ada.save()
+    assert access.audience_refusal(admin, admin_api=True, user=people.ada) is not None
+    assert access.audience_refusal(admin, admin_api=True, user=people.olga) is None  # globex's admin
 
 
 def test_the_admin_api_caller_is_a_live_admin_of_the_workspace_now(people):

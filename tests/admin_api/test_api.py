@@ -15,7 +15,7 @@ from memoryhub.access import ADMIN_SCOPE
 from memoryhub.api.urls import admin_urls
 from memoryhub.models import AccessRule, Fragment, Role
 from memoryhub.oauth.policy import admin_api_url
-from memoryhub.services import access_rules, agents, collections, members, roles, sources
+from memoryhub.services import access_rules, agents, collections, connected_apps, members, roles, sources
 from tests.admin_api.conftest import AdminAPI, admin_api_for, authorised, person_client, state
 from tests.ingest.conftest import client_credentials_token
 from tests.oauth.conftest import make_token
@@ -279,7 +279,10 @@ def test_without_a_token_every_route_is_a_bearer_challenge(asgi_server, live_peo
 
 
 def test_a_member_who_is_not_an_admin_is_refused_everywhere(asgi_server, live_people):
-    bruno = admin_api_for(asgi_server.url, live_people.bruno)
+    # The OAuth server never issues him one (tests/oauth/test_admin_scope.py); a token
+    # written straight to the database stands for one that outlived his admin days.
+    bruno = AdminAPI(base_url=asgi_server.url, token=make_token(
+        application=person_client(), user=live_people.bruno, scope=ADMIN_SCOPE, resource=[admin_api_url()]))
     before = state(live_people.acme)
     for method, path, body in every_call(live_people):
         response = bruno.call(method, path, body)
@@ -308,13 +311,40 @@ def test_an_admin_who_stops_being_one_is_refused_on_the_next_request(ada_api, li
     cleo = admin_api_for(ada_api.base_url, live_people.cleo)
     assert cleo.call("GET", "/members").status_code == 200
     members.member_update(caller=as_ada, user_id=live_people.cleo.pk, is_admin=False)
-    demoted = cleo.call("GET", "/members")
-    assert demoted.status_code == 403 and demoted.json()["error"]["code"] == "permission_denied"
-
-    members.member_update(caller=as_ada, user_id=live_people.cleo.pk, is_admin=True)
-    assert cleo.call("GET", "/members").status_code == 200
-    members.member_deactivate(caller=as_ada, user_id=live_people.cleo.pk)
+    # Demoting her ended her admin API credentials: the token is gone ...
     assert cleo.call("GET", "/members").status_code == 401
+    # ... and being made an admin again revives none of them.
+    members.member_update(caller=as_ada, user_id=live_people.cleo.pk, is_admin=True)
+    assert cleo.call("GET", "/members").status_code == 401
+    again = admin_api_for(ada_api.base_url, live_people.cleo)
+    assert again.call("GET", "/members").status_code == 200
+    members.member_deactivate(caller=as_ada, user_id=live_people.cleo.pk)
+    assert again.call("GET", "/members").status_code == 401
+
+
+def test_a_token_that_outlived_its_admin_is_refused_with_403(asgi_server, live_people):
+    # Should a token outlive the admin flag (written straight to the database here),
+    # the check on every request still refuses it.
+    token = make_token(application=person_client(), user=live_people.cleo, scope=ADMIN_SCOPE,
+                       resource=[admin_api_url()])
+    refused = AdminAPI(base_url=asgi_server.url, token=token).call("GET", "/members")
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "permission_denied"
+
+
+def test_a_token_for_a_wider_resource_is_refused(asgi_server, live_people):
+    # The library's own audience check is a URL prefix: a token for the origin's /api
+    # would pass it. This API takes only tokens issued for exactly its resource.
+    for resource in (admin_api_url().rsplit("/", 1)[0], f"{asgi_server.url}/"):
+        token = make_token(application=person_client(), user=live_people.ada, scope=ADMIN_SCOPE, resource=[resource])
+        answer = AdminAPI(base_url=asgi_server.url, token=token).call("GET", "/members")
+        assert answer.status_code == 401, (resource, answer.text)
+
+
+def test_connected_apps_show_an_admin_clients_grant_and_last_use(ada_api, live_people):
+    assert ada_api.call("GET", "/members").status_code == 200
+    apps = connected_apps.connected_apps_list(caller=live_people.caller(live_people.ada))
+    admin_app = next(app for app in apps if ADMIN_SCOPE in app.scopes)
+    assert admin_app.scopes == [ADMIN_SCOPE] and admin_app.connected and admin_app.last_used is not None
 
 
 # ---------------------------------------------------------------- tokens of other resources
