@@ -22,7 +22,7 @@ from django_ratelimit.decorators import ratelimit
 from memoryhub import access, errors
 from memoryhub.oauth.policy import AGENT_TOKEN_SECONDS, PERSON_TOKEN_SECONDS
 from memoryhub.pages.callers import SignedInRequest, login_required, person_caller
-from memoryhub.pages.client_configs import client_configs
+from memoryhub.pages.client_configs import MCP_SDK_REQUIREMENT, client_configs
 from memoryhub.pages.forms import PasswordChangeForm, SearchForm, form_error
 from memoryhub.services import connected_apps, fragments, members, portability, proposals, receipts
 from memoryhub.services.search import SearchResult, fragments_search
@@ -217,6 +217,7 @@ def connect_page(request: SignedInRequest) -> HttpResponse:
     return render(request, "account/connect.html", {
         "configs": client_configs(settings.BASE_URL), "tenant": caller.tenant,
         "token_minutes": PERSON_TOKEN_SECONDS // 60, "agent_token_minutes": AGENT_TOKEN_SECONDS // 60,
+        "mcp_sdk_requirement": MCP_SDK_REQUIREMENT,
         "metadata_documents": settings.OAUTH2_PROVIDER.get("CIMD_ENABLED", True),
     })
 
