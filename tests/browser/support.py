@@ -21,6 +21,8 @@ from tests.pages.helpers import workspace_of
 SCREENS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screens"
 DESKTOP = {"width": 1000, "height": 760}
 PHONE = {"width": 360, "height": 740}
+# A common phone (390) and a narrow one (360).
+PHONE_WIDTHS = (390, 360)
 
 
 class Watcher:
@@ -74,18 +76,21 @@ def shoot(page, name: str) -> None:
     page.screenshot(path=str(SCREENS / f"{name}.png"), full_page=True)
 
 
-def fits_a_phone(page, width: int = PHONE["width"]) -> bool:
-    """The page `width` px wide (360 unless said): no sideways scrolling, its main buttons
-    still a finger wide."""
+def fits_a_phone(page, width: int | None = None) -> bool:
+    """The page on a phone, 390 and 360 px wide unless a width is given: no
+    sideways scrolling, its main buttons still a finger wide."""
     size = page.viewport_size
-    page.set_viewport_size({**PHONE, "width": width})
     try:
-        page_width = page.evaluate("document.documentElement.scrollWidth")
-        small = page.evaluate(
-            "[...document.querySelectorAll('main .button')]"
-            ".filter(b => b.offsetParent && b.getBoundingClientRect().height < 36).length"
-        )
-        return page_width <= width and small == 0
+        for each in (width,) if width else PHONE_WIDTHS:
+            page.set_viewport_size({**PHONE, "width": each})
+            page_width = page.evaluate("document.documentElement.scrollWidth")
+            small = page.evaluate(
+                "[...document.querySelectorAll('main .button')]"
+                ".filter(b => b.offsetParent && b.getBoundingClientRect().height < 36).length"
+            )
+            if page_width > each or small:
+                return False
+        return True
     finally:
         page.set_viewport_size(size)
 

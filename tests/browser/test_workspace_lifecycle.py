@@ -2,7 +2,7 @@
 removes people and sets a temporary password; disables, enables, rotates and revokes a
 source; renames, retires and deletes collections. The person given a temporary password
 signs in with it, changes it, and disconnects their apps. Every page renders under the
-CSP and fits a 390 px and a 360 px wide phone."""
+CSP and fits a 390 px and a 360 px wide phone (fits_a_phone)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TEMPORARY = "a temporary passphrase 1"
 CHOSEN = "cleo's own passphrase 2"
-
-
-def _fits(page) -> bool:
-    return fits_a_phone(page, width=390) and fits_a_phone(page)
 
 
 def test_an_admin_runs_the_lifecycle_and_a_person_takes_over_their_password(asgi_server, settings, live_people):
@@ -55,7 +51,7 @@ def test_an_admin_runs_the_lifecycle_and_a_person_takes_over_their_password(asgi
         page.wait_for_selector(".message--success")
         seen["members"] = page.inner_text("#members")
         shoot(page, "workspace-members-lifecycle")
-        phones["members"] = _fits(page)
+        phones["members"] = fits_a_phone(page)
 
         page.goto(f"{base}/workspace/sources/")
         page.click("form[action='/workspace/sources/wiki/rotate/'] button[type=submit]")
@@ -71,7 +67,7 @@ def test_an_admin_runs_the_lifecycle_and_a_person_takes_over_their_password(asgi
         page.wait_for_selector("#source-tickets .badge--warning")
         seen["sources"] = page.inner_text("#sources")
         shoot(page, "workspace-sources-lifecycle")
-        phones["sources"] = _fits(page)
+        phones["sources"] = fits_a_phone(page)
 
         page.goto(f"{base}/workspace/collections/")
         page.fill("#id_name", "scratch")
@@ -93,7 +89,7 @@ def test_an_admin_runs_the_lifecycle_and_a_person_takes_over_their_password(asgi
         page.wait_for_selector(".message--success")
         seen["collections"] = page.inner_text("#collections")
         shoot(page, "workspace-collections-lifecycle")
-        phones["collections"] = _fits(page)
+        phones["collections"] = fits_a_phone(page)
         watcher.assert_clean()
         return phones, seen
 
@@ -115,13 +111,13 @@ def test_an_admin_runs_the_lifecycle_and_a_person_takes_over_their_password(asgi
         cleo.click("#password-form button[type=submit]")
         cleo.wait_for_selector(".message--success")
         shoot(cleo, "account-password")
-        phones["password"] = _fits(cleo)
+        phones["password"] = fits_a_phone(cleo)
         cleo.goto(f"{base}/account/apps/")
         seen["apps"] = cleo.inner_text("main")
         cleo.click("#disconnect-all")
         cleo.wait_for_selector(".message--success")
         seen["apps after"] = cleo.inner_text("main")
-        phones["apps"] = _fits(cleo)
+        phones["apps"] = fits_a_phone(cleo)
         cleo_watcher.assert_clean()
 
     in_browser(take_over)
