@@ -550,6 +550,11 @@ def own_receipts(caller: Caller) -> Q:
     return Q(tenant=caller.tenant, reader_user=user)
 
 
+def proposals_for_review(caller: Caller) -> QuerySet[Proposal]:
+    """The proposals a reviewer may open: those of their own workspace."""
+    return Proposal.objects.filter(tenant=require_reviewer(caller))
+
+
 def agent_memory_for_review(caller: Caller, agent: Agent) -> QuerySet[Fragment]:
     """An agent's private memory, as the review console shows it beside a
     proposal it would merge into or supersede (see `require_reviewer`)."""

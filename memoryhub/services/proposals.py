@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -47,7 +48,6 @@ from memoryhub.services.privacy import privacy_explanation, privacy_findings
 from memoryhub.services.write import (
     CONFIDENCE_APPROVED_AGENT,
     CONFIDENCE_STATED,
-    MAX_CANDIDATES,
     PRIVACY_DROP,
     CandidateOutcome,
     WriteOutcome,
@@ -290,7 +290,7 @@ def proposals_preview(
 # Near-duplicates are judged by the cosine similarity of the texts' sentence
 # embeddings (the same all-MiniLM-L6-v2 vectors search and the write pipeline
 # use; pgvector for the stored ones). Measured on pairs of facts
-# (tests/reviews/test_near_duplicates.py holds them): paraphrases and
+# (tests/reviews/test_preview_audience.py holds them): paraphrases and
 # restatements score 0.92 to 0.96 ("The deploy freeze starts on Friday." /
 # "Deploy freeze begins Friday." 0.95; "On-call rotates each Monday." 0.94), a
 # changed detail 0.97 (a date: exactly what a reviewer should compare), while
@@ -303,29 +303,40 @@ def proposals_preview(
 # similarity would judge spelling rather than meaning, and the embedded
 # PostgreSQL ships without pg_trgm.
 NEAR_DUPLICATE_SIMILARITY = 0.85
-# Pending proposals compared with each previewed one: the agent's newest.
-NEAR_PROPOSALS_MAX = 200
+# What one preview page compares, so its cost is bounded whatever agents send:
+# each previewed proposal's first facts, against the newest pending proposals of
+# the same agent (and the page's own), and the agent's live memory.
+NEAR_FACTS_PER_PROPOSAL = 8
+NEAR_PROPOSALS_PER_AGENT = 50
 NEAR_MEMORIES_PER_FACT = 3
+NEAR_SHOWN_MAX = 5
+# Texts embedded within one request; the rest are embedded on later views (the
+# cache keeps them), and until then those proposals are not compared.
+NEAR_EMBED_BUDGET = 256
 _VECTOR_CACHE_SECONDS = 24 * 3600
 
 
-def _vectors(texts: Iterable[str]) -> dict[str, list[float]]:
-    """Sentence vectors of `texts`, cached by text (a queue page is reloaded
-    often; a pending proposal's text never changes)."""
+def _vectors(tenant_id: Any, texts: Iterable[str], *, budget: int) -> dict[str, np.ndarray]:
+    """Sentence vectors of `texts` (at most `budget` of them embedded now),
+    cached per workspace and embedder (a queue page is reloaded often; a pending
+    proposal's text never changes)."""
+    embedder = get_embedder()
     wanted = list(dict.fromkeys(texts))
-    keys = {text: "proposal-vector:" + hashlib.sha256(text.encode()).hexdigest() for text in wanted}
+    prefix = f"proposal-vector:{tenant_id}:{embedder.name}:"
+    keys = {text: prefix + hashlib.sha256(text.encode()).hexdigest() for text in wanted}
     cached = cache.get_many(list(keys.values()))
-    found = {text: cached[key] for text, key in keys.items() if key in cached}
-    missing = [text for text in wanted if text not in found]
+    found = {text: np.asarray(cached[key], dtype=np.float32) for text, key in keys.items() if key in cached}
+    missing = [text for text in wanted if text not in found][:budget]
     if missing:
-        fresh = get_embedder().embed(missing)
-        found.update(zip(missing, (list(map(float, vector)) for vector in fresh), strict=True))
-        cache.set_many({keys[text]: found[text] for text in missing}, timeout=_VECTOR_CACHE_SECONDS)
+        fresh = np.asarray(embedder.embed(missing), dtype=np.float32)
+        found.update(zip(missing, fresh, strict=True))
+        cache.set_many({keys[text]: [float(x) for x in vector] for text, vector in zip(missing, fresh, strict=True)},
+                       timeout=_VECTOR_CACHE_SECONDS)
     return found
 
 
 def _facts(content: str) -> list[str]:
-    return split_candidates(content)[:MAX_CANDIDATES]
+    return split_candidates(content)[:NEAR_FACTS_PER_PROPOSAL]
 
 
 def _flag_near_duplicates(caller: Caller, proposals: list[Proposal], contents: dict[Any, str],
@@ -334,37 +345,52 @@ def _flag_near_duplicates(caller: Caller, proposals: list[Proposal], contents: d
     (where an approved fact goes), whose text is nearly a previewed one's."""
     if not proposals:
         return
-    others = list(
-        Proposal.objects.filter(tenant=caller.tenant, state=Proposal.State.PENDING,
-                                agent_id__in={p.agent_id for p in proposals})
-        .select_related("agent", "tenant").order_by("-created_at", "pk")[:NEAR_PROPOSALS_MAX]
-    )
-    texts = {p.pk: _facts(contents.get(p.pk, p.content)) for p in proposals}
-    texts.update({p.pk: _facts(p.content) for p in others if p.pk not in texts})
+    reviewable = access.proposals_for_review(caller).filter(state=Proposal.State.PENDING)
+    others: dict[Any, Proposal] = {p.pk: p for p in proposals}
+    for agent_id in {p.agent_id for p in proposals}:
+        others.update((p.pk, p) for p in reviewable.filter(agent_id=agent_id).order_by("-created_at", "pk")
+                      [:NEAR_PROPOSALS_PER_AGENT])
+    texts = {pk: _facts(contents.get(pk, other.content)) for pk, other in others.items()}
+    previewed = [text for p in proposals for text in texts[p.pk]]
     try:
-        vectors = _vectors(text for facts in texts.values() for text in facts)
+        # The page's own facts first: they are compared with everything else.
+        vectors = _vectors(caller.tenant.pk, previewed, budget=NEAR_EMBED_BUDGET)
+        vectors.update(_vectors(caller.tenant.pk, (t for facts in texts.values() for t in facts),
+                                budget=max(0, NEAR_EMBED_BUDGET - len(set(previewed)))))
     except Exception:  # noqa: BLE001 - without the embedder the preview still shows what approving does
         logger.exception("near-duplicate check skipped: the embedder failed")
         for proposal in proposals:
             previews[proposal.pk].near_unchecked = True
         return
+    memories: dict[Any, Any] = {}
     for proposal in proposals:
         preview = previews[proposal.pk]
-        mine = [vectors[text] for text in texts[proposal.pk]]
-        for other in others:
+        mine_texts = [text for text in texts[proposal.pk] if text in vectors]
+        if len(mine_texts) < len(texts[proposal.pk]):
+            preview.near_unchecked = True
+            continue
+        if not mine_texts:
+            continue
+        mine = np.stack([vectors[text] for text in mine_texts])
+        for other in others.values():
             if other.pk == proposal.pk or other.agent_id != proposal.agent_id:
                 continue
-            similarity = max((_cosine(a, vectors[b]) for a in mine for b in texts[other.pk]), default=0.0)
+            theirs = [vectors[text] for text in texts[other.pk] if text in vectors]
+            if not theirs:
+                continue
+            # The embedder's vectors are L2-normalised: dot products are cosines.
+            similarity = float((mine @ np.stack(theirs).T).max())
             if similarity >= NEAR_DUPLICATE_SIMILARITY:
-                preview.near.append(NearDuplicate(
-                    kind="proposal", text=other.content, similarity=similarity,
-                    proposal_id=str(other.pk) if access.may_review(caller, other) else None))
+                preview.near.append(NearDuplicate(kind="proposal", text=other.content, similarity=similarity,
+                                                  proposal_id=str(other.pk)))
         targets = {c.target_id for c in preview.candidates if c.target_id}
         seen: dict[Any, NearDuplicate] = {}
-        memory = access.agent_memory_for_review(caller, proposal.agent).filter(
-            retired_at__isnull=True, embedding__isnull=False)
+        if proposal.agent_id not in memories:
+            memories[proposal.agent_id] = access.agent_memory_for_review(caller, proposal.agent).filter(
+                retired_at__isnull=True, embedding__isnull=False)
         for vector in mine:
-            rows = (memory.annotate(distance=CosineDistance("embedding", vector))
+            distance = CosineDistance("embedding", [float(x) for x in vector])
+            rows = (memories[proposal.agent_id].annotate(distance=distance)
                     .filter(distance__lte=1.0 - NEAR_DUPLICATE_SIMILARITY)
                     .order_by("distance", "pk").values_list("pk", "value", "distance")[:NEAR_MEMORIES_PER_FACT])
             for pk, value, distance in rows:
@@ -381,11 +407,7 @@ def _flag_near_duplicates(caller: Caller, proposals: list[Proposal], contents: d
                               fragment_id=str(pk) if pk in openable else None)
                 for pk, item in seen.items())
         preview.near.sort(key=lambda item: -item.similarity)
-
-
-def _cosine(a: list[float], b: list[float]) -> float:
-    # The embedder's vectors are L2-normalised: the dot product is the cosine.
-    return float(sum(x * y for x, y in zip(a, b, strict=True)))
+        del preview.near[NEAR_SHOWN_MAX:]
 
 
 def _dry_run(caller: Caller, proposal: Proposal, content: str, *, now: dt.datetime, edited: bool) -> ProposalPreview:

@@ -193,7 +193,10 @@ def receipt_clients(receipts: Iterable[Receipt]) -> dict[str, str]:
         elif not receipt.client_id:
             labels[receipt.pk] = WEBSITE
         else:
-            labels[receipt.pk] = names.get(receipt.client_id) or f"an app no longer registered ({receipt.client_id})"
+            name = names.get(receipt.client_id)
+            # An app names itself: quoted, so one calling itself "this website" does not pass for the site.
+            labels[receipt.pk] = (f"the app “{name}”" if name
+                                  else f"an app no longer registered ({receipt.client_id})")
     return labels
 
 

@@ -119,6 +119,18 @@ def test_reloading_the_results_records_no_new_receipt_and_searching_again_does(p
     assert second != first and Receipt.objects.count() == 2
 
 
+def test_results_reopened_after_forgetting_mark_what_was_forgotten(people):
+    from memoryhub.services.fragments import fragment_forget
+
+    fact = remember(people.bruno, "My favourite editor is Helix.").results[0].fragment_id
+    client = signed_in(people.bruno)
+    results = client.post("/memory/", {"q": "favourite editor"})["Location"]
+    assert "fragment__retired" not in client.get(results).content.decode()
+    fragment_forget(caller=people.caller(people.bruno), fragment_id=fact)
+    text = client.get(results).content.decode()
+    assert "Helix" in text and 'class="badge badge--warning fragment__retired">Forgotten' in text
+
+
 def test_results_are_shown_only_from_ones_own_receipts(people):
     remember(people.ada, "Ada keeps her notes in Obsidian.")
     theirs = signed_in(people.ada).post("/memory/", {"q": "notes"})["Location"]

@@ -77,14 +77,19 @@ def test_each_receipt_says_which_app_searched(people):
     by_agent = fragments_search(caller=as_agent(people.triage_bot), query="an agent's read")
 
     listed = {item.receipt.pk: item.client for item in client.get("/receipts/").context["page"].items}
-    assert listed == {by_app.receipt_id: "Claude Desktop", on_site: "this website",
+    assert listed == {by_app.receipt_id: "the app “Claude Desktop”", on_site: "this website",
                       gone.receipt_id: "an app no longer registered (deleted-client)"}
     text = client.get("/receipts/").content.decode()
-    assert "Searched from <strong>Claude Desktop</strong>" in text
+    assert "Searched from <strong>the app “Claude Desktop”</strong>" in text
     assert "Searched from <strong>this website</strong>" in text
     detail = client.get(f"/receipts/{by_app.receipt_id}/")
-    assert detail.context["replay"].client == "Claude Desktop"
-    assert 'id="receipt-client">Claude Desktop<' in detail.content.decode()
+    assert detail.context["replay"].client == "the app “Claude Desktop”"
+    assert 'id="receipt-client">the app “Claude Desktop”<' in detail.content.decode()
+    # An app cannot pass for the site by its name.
+    app.name = "this website"
+    app.save()
+    listed = {item.receipt.pk: item.client for item in client.get("/receipts/").context["page"].items}
+    assert listed[by_app.receipt_id] == "the app “this website”" and listed[on_site] == "this website"
     # An agent's read (shown on no person's page) is named by the agent.
     agents_read = Receipt.objects.get(pk=by_agent.receipt_id)
     assert receipt_clients([agents_read]) == {by_agent.receipt_id: "the agent triage-bot"}

@@ -123,3 +123,40 @@ def test_an_edit_is_compared_as_edited(people):
     other = propose(people.triage_bot, "The deploy freeze starts on Friday.")
     response = signed_in(people.ada).post(f"/reviews/{proposal.pk}/", {"content": "Deploy freeze begins Friday."})
     assert [n.proposal_id for n in response.context["preview"].near] == [str(other.pk)]
+
+
+def test_a_page_of_previews_has_a_bounded_cost_whatever_an_agent_sends(people, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryhub.services import proposals as proposals_module
+
+    embedded: list[int] = []
+    embedder = get_embedder()
+
+    class Counting:
+        name = embedder.name
+
+        def embed(self, texts):
+            embedded.append(len(texts))
+            return embedder.embed(texts)
+
+    monkeypatch.setattr(proposals_module, "get_embedder", lambda: Counting())
+    # A backlog bigger than anything compared, each proposal longer than what is compared of it.
+    many = [propose(people.triage_bot, " ".join(f"Fact {n}.{k} is that host h{n}x{k} runs service s{k}."
+                                                for k in range(12)))
+            for n in range(proposals_module.NEAR_PROPOSALS_PER_AGENT + 10)]
+    page = many[:20]
+    with CaptureQueriesContext(connection) as queries:
+        previews = proposals_preview(caller=people.caller(people.ada), proposals=page)
+    assert sum(embedded) <= proposals_module.NEAR_EMBED_BUDGET
+    # The near-duplicate lookups (the dry run of each write has its own, bounded by the write's limits).
+    limit = f"LIMIT {proposals_module.NEAR_MEMORIES_PER_FACT}"
+    vector_queries = [q for q in queries.captured_queries if "<=>" in q["sql"] and q["sql"].endswith(limit)]
+    assert 0 < len(vector_queries) <= len(page) * proposals_module.NEAR_FACTS_PER_PROPOSAL
+    assert all(len(p.near) <= proposals_module.NEAR_SHOWN_MAX for p in previews.values())
+    # What could not be embedded within this request is said, and a later view compares it.
+    embedded.clear()
+    again = proposals_preview(caller=people.caller(people.ada), proposals=page)
+    assert sum(embedded) <= proposals_module.NEAR_EMBED_BUDGET
+    assert not any(p.near_unchecked for p in again.values())
