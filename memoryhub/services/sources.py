@@ -135,8 +135,12 @@ class SourceHealth:
 
 
 def source_health(*, caller: Caller, name: str) -> SourceHealth:
-    """One connected source's health line; NotFound as `source_get`."""
-    return _health([source_get(caller=caller, name=name)])[0]
+    """One connected source's health line, a revoked one's too (NotFound for a
+    name the workspace never connected)."""
+    source = sources_list(caller=caller).filter(agent__name=storable(name, field="source")).first()
+    if source is None:
+        raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
+    return _health([source])[0]
 
 
 def sources_health(*, caller: Caller) -> list[SourceHealth]:
