@@ -136,6 +136,12 @@ class SettingsForm(forms.Form):
     )
 
 
+class ConfirmForm(forms.Form):
+    """The name of what is about to be ended for good, typed again."""
+
+    confirm = forms.CharField(max_length=200, strip=True)
+
+
 class EraseForm(forms.Form):
     confirm = forms.CharField(label="Type the person's username to confirm", max_length=150, strip=True)
 

@@ -25,6 +25,7 @@ from memoryhub.pages.callers import SignedInRequest, admin_caller, login_require
 from memoryhub.pages.forms import (
     AccessRuleForm,
     AgentForm,
+    ConfirmForm,
     EraseForm,
     MemberAddForm,
     MemberForm,
@@ -331,9 +332,19 @@ def agent_rotate(request: SignedInRequest, name: str) -> HttpResponse:
 @require_POST
 @login_required
 def agent_revoke(request: SignedInRequest, name: str) -> HttpResponse:
-    agent = agents.agent_revoke(caller=admin_caller(request), name=name)
-    messages.success(request, f"Agent {agent.name} is revoked: its credentials and tokens no longer work.")
+    try:
+        agent = agents.agent_revoke(caller=admin_caller(request), name=name, confirm=_typed(request))
+    except errors.InvalidArgument as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Agent {agent.name} is revoked: its credentials and tokens no longer work.")
     return redirect("workspace:agents")
+
+
+def _typed(request: HttpRequest) -> str:
+    """What the admin typed to confirm an act that cannot be undone (empty when nothing)."""
+    form = ConfirmForm(request.POST)
+    return form.cleaned_data["confirm"] if form.is_valid() else ""
 
 
 # --------------------------------------------------------------------------- connected sources
@@ -406,9 +417,13 @@ def source_state(request: SignedInRequest, name: str, state: str) -> HttpRespons
 @require_POST
 @login_required
 def source_revoke(request: SignedInRequest, name: str) -> HttpResponse:
-    source = sources.source_revoke(caller=admin_caller(request), name=name)
-    messages.success(request, f"{source.agent.name} is revoked for good: its credentials and tokens no longer work. "
-                              "What it contributed stays, governed by the access rules.")
+    try:
+        source = sources.source_revoke(caller=admin_caller(request), name=name, confirm=_typed(request))
+    except errors.InvalidArgument as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{source.agent.name} is revoked for good: its credentials and tokens no longer "
+                                  "work. What it contributed stays, governed by the access rules.")
     return redirect("workspace:sources")
 
 

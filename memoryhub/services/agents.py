@@ -124,11 +124,19 @@ def credentials_rotate(agent: Agent) -> AgentCredentials:
 
 
 @transaction.atomic
-def agent_revoke(*, caller: Caller, name: str) -> Agent:
+def agent_revoke(*, caller: Caller, name: str, confirm: str | None = None) -> Agent:
     """End an agent for good: its client is deleted, and with it every token it holds.
-    The agent row stays, so what it wrote remains attributed."""
+    The agent row stays, so what it wrote remains attributed. With `confirm` (the
+    pages ask the admin to type the name), it must be the name."""
     agent = agent_get(caller=caller, name=name)
+    confirmed(agent.name, confirm)
     return credentials_end(agent)
+
+
+def confirmed(name: str, confirm: str | None) -> None:
+    """A typed confirmation of an act that cannot be undone names its object exactly."""
+    if confirm is not None and confirm.strip() != name:
+        raise InvalidArgument(f"Type {name} exactly to revoke it for good.", field="confirm")
 
 
 def credentials_end(agent: Agent) -> Agent:

@@ -25,6 +25,7 @@ from memoryhub.services.agents import (
     AgentCredentials,
     agent_name,
     client_credentials_application,
+    confirmed,
     credentials_end,
     credentials_rotate,
     name_taken,
@@ -90,10 +91,12 @@ def source_rotate_secret(*, caller: Caller, name: str) -> AgentCredentials:
 
 
 @transaction.atomic
-def source_revoke(*, caller: Caller, name: str) -> Source:
+def source_revoke(*, caller: Caller, name: str, confirm: str | None = None) -> Source:
     """End a connected source for good: its client and tokens are deleted; what it
-    contributed stays, attributed to it, and stays governed by the access rules."""
+    contributed stays, attributed to it, and stays governed by the access rules.
+    With `confirm` (the pages ask the admin to type the name), it must be the name."""
     source = source_get(caller=caller, name=name)
+    confirmed(source.agent.name, confirm)
     credentials_end(source.agent)
     return source
 

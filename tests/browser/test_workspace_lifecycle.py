@@ -63,6 +63,8 @@ def test_an_admin_runs_the_lifecycle_and_a_person_takes_over_their_password(asgi
         seen["disabled"] = page.inner_text("#source-tickets")
         page.click("form[action='/workspace/sources/tickets/enable/'] button[type=submit]")
         page.wait_for_selector("form[action='/workspace/sources/tickets/disable/']")
+        page.click("#source-tickets details.revoke summary")
+        page.fill("#revoke-tickets", "tickets")
         page.click("form[action='/workspace/sources/tickets/revoke/'] button[type=submit]")
         page.wait_for_selector("#source-tickets .badge--warning")
         seen["sources"] = page.inner_text("#sources")

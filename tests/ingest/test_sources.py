@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from memoryhub.errors import NotFound, PermissionDenied
-from memoryhub.models import Fragment
+from memoryhub.models import Fragment, Source
 from memoryhub.services import sources
 from memoryhub.services.ingest import fragment_ingest
 from tests.conftest import signed_in
@@ -92,7 +92,14 @@ def test_the_sources_page_buttons_and_the_command(people, capsys):
     assert json.loads(capsys.readouterr().out)["state"] == "active"
     assert admin.post("/workspace/sources/wiki/explode/").status_code == 404
     assert signed_in(people.bruno).post("/workspace/sources/wiki/disable/").status_code == 403
-    assert "revoked for good" in admin.post("/workspace/sources/wiki/revoke/", follow=True).content.decode()
+    # Revoking cannot be undone: the page asks for the name typed again, and anything else ends nothing.
+    for typed in ({}, {"confirm": "wik"}, {"confirm": "WIKI"}, {"confirm": "w" * 201}):
+        refused = admin.post("/workspace/sources/wiki/revoke/", typed, follow=True).content.decode()
+        assert "Type wiki exactly" in refused, typed
+    assert admin.post("/workspace/sources/wiki/revoke/", {"confirm": "wiki\x00"}).status_code == 400
+    assert Source.objects.get(tenant=people.acme, agent__name="wiki").agent.revoked_at is None
+    assert "revoked for good" in admin.post("/workspace/sources/wiki/revoke/", {"confirm": " wiki "},
+                                            follow=True).content.decode()
     call_command("source", "acme", "wiki", "status", json=True)
     assert json.loads(capsys.readouterr().out)["state"] == "revoked"
 

@@ -75,7 +75,12 @@ def test_rotating_shows_a_new_secret_and_ends_the_old_one(people):
 
 def test_revoking_ends_the_agent(people):
     bot = people.triage_bot
-    response = signed_in(people.ada).post("/workspace/agents/triage-bot/revoke/", follow=True)
+    admin = signed_in(people.ada)
+    for typed in ({}, {"confirm": "triage"}, {"confirm": "TRIAGE-BOT"}):
+        refused = admin.post("/workspace/agents/triage-bot/revoke/", typed, follow=True)
+        assert b"Type triage-bot exactly" in refused.content, typed
+        assert Agent.objects.get(name="triage-bot").revoked_at is None
+    response = admin.post("/workspace/agents/triage-bot/revoke/", {"confirm": "triage-bot"}, follow=True)
     assert b"is revoked" in response.content
     assert Agent.objects.get(name="triage-bot").revoked_at is not None
     assert client_credentials(bot.client_id, bot.client_secret)["error"] == "invalid_client"

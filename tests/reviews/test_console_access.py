@@ -206,6 +206,6 @@ def test_nobody_but_the_workspaces_admins_reaches_the_console(asgi_server, setti
     rejected = request(ada, POST, urls["reviews:reject"][1], body)
     assert rejected.status_code == 302
     assert Proposal.objects.get(pk=proposal.pk).state == Proposal.State.REJECTED
-    revoked = request(ada, POST, urls["workspace:agent_revoke"][1], body)
+    revoked = request(ada, POST, urls["workspace:agent_revoke"][1], {**body, "confirm": "triage-bot"})
     assert revoked.status_code == 302
     assert Agent.objects.get(pk=people.triage_bot.agent.pk).revoked_at is not None
