@@ -209,7 +209,7 @@ def candidates_of(caller, query: str, embedder, ranking=None) -> list[dict]:  # 
         candidates, _, _ = search.scored_candidates(policy=policy, query=query, query_vector=vector, limit=K,
                                                     deadline=search.Deadline(30), ranking=ranking or search.RANKING)
     return [{"id": str(pk), "lexical": c.lexical_score, "cosine": c.vector_similarity, "document": c.document,
-             "position": c.position} for pk, c in candidates.items()]
+             "position": c.position, "asking": c.asking} for pk, c in candidates.items()]
 
 
 def floor_of(caller, query: str, embedder) -> float:  # type: ignore[no-untyped-def]

@@ -21,6 +21,13 @@ With a dump made with --bm25-grid the same rule runs over the joint grid of
 BM25's own parameters (locomo_eval.BM25_GRID: k1, b, the weight of a
 fragment's own words against its context) and a narrower fusion grid
 (JOINT_* below).
+
+With --asking the same rule runs over how much a fragment that only asks is
+lowered (Ranking.asking_weight, ASKING_WEIGHTS) jointly with a fusion grid
+around the current point (ASKING_* below), on a dump that carries each
+candidate's asking share (dumps made before it count every candidate as a
+statement). Written down before the grid's figures were read: the rule above,
+unchanged, and the same `--today` run (bench/results/locomo_eval_before.json).
 """
 
 from __future__ import annotations
@@ -43,6 +50,10 @@ TIE = 0.001
 JOINT_VECTOR_WEIGHTS = (0.2, 0.3, 0.4)
 JOINT_NEIGHBOUR_WEIGHTS = (0.25, 0.5)
 JOINT_DOCUMENT_WEIGHTS = (0.3, 0.45)
+ASKING_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5)
+ASKING_VECTOR_WEIGHTS = (0.2, 0.3, 0.4)
+ASKING_NEIGHBOUR_WEIGHTS = (0.5, 0.75, 1.0)
+ASKING_DOCUMENT_WEIGHTS = (0.3, 0.45)
 
 
 def per_question(questions: list[dict], ranking, bm25: str = "") -> list[dict]:  # type: ignore[no-untyped-def]
@@ -56,7 +67,8 @@ def per_question(questions: list[dict], ranking, bm25: str = "") -> list[dict]: 
     for question in questions:
         scored = question["candidates_by_bm25"][bm25] if bm25 else question["candidates"]
         candidates = {uuid.UUID(c["id"]): Candidate(lexical_score=c["lexical"], vector_similarity=c["cosine"],
-                                                    document=c["document"], position=c["position"])
+                                                    document=c["document"], position=c["position"],
+                                                    asking=c.get("asking", 0.0))
                       for c in scored}
         dia = {uuid.UUID(c["id"]): c["dia"] for c in scored}
         scores = fuse_scores(candidates, ranking)
@@ -91,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dump", required=True, help="written by locomo_eval.py --dump")
     parser.add_argument("--today", required=True, help="a locomo_eval result of the ranking to beat")
+    parser.add_argument("--asking", action="store_true", help="the asking grid (Ranking.asking_weight)")
     args = parser.parse_args()
     import django
 
@@ -103,16 +116,21 @@ def main() -> None:
     today = {name: row for name, row in json.loads(Path(args.today).read_text())["service"].items()}
     conversations = sorted({q["conversation"] for q in questions})
     settings = sorted(questions[0].get("candidates_by_bm25", {})) or [""]
-    if settings == [""]:
-        grid = [(v, n, d, "") for v, n, d in product(VECTOR_WEIGHTS, NEIGHBOUR_WEIGHTS, DOCUMENT_WEIGHTS)]
+    # A point: (vector, neighbour, document, BM25 k1/b/own of a --bm25-grid dump or "", asking).
+    if args.asking:
+        grid = [(v, n, d, "", a) for a, v, n, d in product(ASKING_WEIGHTS, ASKING_VECTOR_WEIGHTS,
+                                                           ASKING_NEIGHBOUR_WEIGHTS, ASKING_DOCUMENT_WEIGHTS)]
+    elif settings == [""]:
+        grid = [(v, n, d, "", RANKING.asking_weight)
+                for v, n, d in product(VECTOR_WEIGHTS, NEIGHBOUR_WEIGHTS, DOCUMENT_WEIGHTS)]
     else:
-        grid = [(v, n, d, bm25) for bm25 in settings for v, n, d in
+        grid = [(v, n, d, bm25, RANKING.asking_weight) for bm25 in settings for v, n, d in
                 product(JOINT_VECTOR_WEIGHTS, JOINT_NEIGHBOUR_WEIGHTS, JOINT_DOCUMENT_WEIGHTS)]
 
     def ranking(point):  # type: ignore[no-untyped-def]
-        vector, neighbour, document, _ = point
+        vector, neighbour, document, _, asking = point
         return replace(RANKING, vector_weight=vector, lexical_weight=round(1 - vector, 2),
-                       neighbour_weight=neighbour, document_weight=document)
+                       neighbour_weight=neighbour, document_weight=document, asking_weight=asking)
 
     scored = {p: per_question(questions, ranking(p), p[3]) for p in grid}
     everything = {p: aggregate(rows) for p, rows in scored.items()}
@@ -131,15 +149,24 @@ def main() -> None:
     product_point = max((p for p, n in votes.items() if n == most), key=lambda p: everything[p]["all"]["ndcg"])
     loco = {key: statistics.fmean(f["held_out_figures"][key] for f in folds) for key in ("r10", "ndcg")}
     print(f"chosen: vector {product_point[0]}, neighbour {product_point[1]}, document {product_point[2]}, "
-          f"bm25 k1/b/own {product_point[3] or 'as dumped'}; "
+          f"bm25 k1/b/own {product_point[3] or 'as dumped'}, asking {product_point[4]}; "
           f"leave-one-out estimate R@10 {loco['r10']:.4f} nDCG {loco['ndcg']:.4f}")
     print("on all five:", json.dumps({k: {m: round(v, 4) for m, v in row.items()}
                                       for k, row in everything[product_point].items()}))
     joint = settings != [""]
-    write_results("locomo_tune_bm25" if joint else "locomo_tune", {
-        "grid": {"vector": JOINT_VECTOR_WEIGHTS if joint else VECTOR_WEIGHTS,
-                 "neighbour": JOINT_NEIGHBOUR_WEIGHTS if joint else NEIGHBOUR_WEIGHTS,
-                 "document": JOINT_DOCUMENT_WEIGHTS if joint else DOCUMENT_WEIGHTS, "bm25": settings},
+    if args.asking:
+        name, grid_axes = "locomo_tune_asking", {
+            "asking": ASKING_WEIGHTS, "vector": ASKING_VECTOR_WEIGHTS, "neighbour": ASKING_NEIGHBOUR_WEIGHTS,
+            "document": ASKING_DOCUMENT_WEIGHTS}
+    elif joint:
+        name, grid_axes = "locomo_tune_bm25", {
+            "vector": JOINT_VECTOR_WEIGHTS, "neighbour": JOINT_NEIGHBOUR_WEIGHTS, "document": JOINT_DOCUMENT_WEIGHTS,
+            "bm25": settings}
+    else:
+        name, grid_axes = "locomo_tune", {
+            "vector": VECTOR_WEIGHTS, "neighbour": NEIGHBOUR_WEIGHTS, "document": DOCUMENT_WEIGHTS}
+    write_results(name, {
+        "grid": grid_axes,
         "folds": [{**f, "chosen": list(f["chosen"])} for f in folds],
         "chosen": list(product_point), "leave_one_out": loco,
         "all_five": {str(list(p)): everything[p] for p in grid},

@@ -90,8 +90,14 @@ class Ranking:
     # A fragment of a document is helped by the best-scoring visible candidate
     # right beside it (the turn before or after) and by the best one anywhere
     # in the same document: a reply is found with the question it answers.
-    neighbour_weight: float = 0.5
-    document_weight: float = 0.45
+    neighbour_weight: float = 1.0
+    document_weight: float = 0.3
+    # A fragment that only asks ("What pet do you have?") states nothing a
+    # reader is looking for, though it shares the question's words: its score
+    # is multiplied by 1 - asking_weight x the share of its sentences that are
+    # questions (asking_share). Its neighbours are helped by its full score: a
+    # question still points at the answer after it.
+    asking_weight: float = 0.4
     # PostgreSQL rank normalisation bits for ts_rank (32: r/(r+1)).
     lexical_normalization: int = 32
 
@@ -539,6 +545,8 @@ class Candidate:
     # of a connected source's document only).
     document: int | None = None
     position: int | None = None
+    # The share of its sentences that are questions (asking_share), once its row passed the check.
+    asking: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -610,12 +618,26 @@ def vector_candidates(predicate, query_vector: list[float], k: int) -> list[uuid
 _LEXEME_QUOTE = re.compile(r"['\\]")
 
 
+# Words that give a question its form, not its subject ("Would Melanie likely
+# enjoy Vivaldi?"): PostgreSQL's English stop list keeps them, and "likely"
+# stems to "like", which half of any conversation says. The full-text side of
+# a search leaves them out (unless they are all the query has); the query's
+# embedding reads the question whole.
+QUESTION_FORM_WORDS = re.compile(r"\b(?:would|could|might|likely|unlikely|probably|possibly)\b", re.IGNORECASE)
+
+
 def query_lexemes(query: str) -> list[str]:
     """The query's lexemes, stemmed and stop-worded by the same configuration
-    as the stored search vectors, once each."""
+    as the stored search vectors, once each, without the words that only give
+    a question its form."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))", [TEXT_SEARCH_CONFIG, query])
-        return list(cursor.fetchone()[0] or [])
+        cursor.execute(
+            "SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s)), "
+            "tsvector_to_array(to_tsvector(%s::regconfig, %s))",
+            [TEXT_SEARCH_CONFIG, QUESTION_FORM_WORDS.sub(" ", query), TEXT_SEARCH_CONFIG, query],
+        )
+        subject, whole = cursor.fetchone()
+    return list(subject or whole or [])
 
 
 def _quoted(lexeme: str) -> str:
@@ -792,6 +814,7 @@ def _checked_rows(
                 candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
             if fragment.position is not None and fragment.document_id is not None:
                 candidate.document, candidate.position = fragment.document_id, fragment.position
+            candidate.asking = asking_share(fragment.value)
             continue
         alarms.append(str(fragment.pk))
         ENFORCEMENT_ALARMS.inc()
@@ -812,12 +835,22 @@ def _checked_rows(
 def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None = None) -> dict[uuid.UUID, float]:
     """A relevance score in [0, 1] per candidate: each candidate's own score,
     helped (weighted fusion) by the best candidate beside it and the best one
-    in its document. `candidates` holds only rows that passed the row check,
-    so no fragment the reader cannot see ever moves a score."""
+    in its document, and lowered by how much of it only asks. `candidates`
+    holds only rows that passed the row check, so no fragment the reader
+    cannot see ever moves a score."""
     ranking = ranking or RANKING
     own = _own_scores(candidates, ranking)
-    if ranking.fusion != "weighted" or not (ranking.neighbour_weight or ranking.document_weight):
+    if ranking.fusion != "weighted":
         return own
+    scores = _with_neighbours(candidates, own, ranking) if ranking.neighbour_weight or ranking.document_weight \
+        else own
+    if not ranking.asking_weight:
+        return scores
+    return {pk: score * (1.0 - ranking.asking_weight * candidates[pk].asking) for pk, score in scores.items()}
+
+
+def _with_neighbours(candidates: dict[uuid.UUID, Candidate], own: dict[uuid.UUID, float],
+                     ranking: Ranking) -> dict[uuid.UUID, float]:
     by_document: dict[int, dict[int, list[uuid.UUID]]] = {}
     for pk, candidate in candidates.items():
         if candidate.document is not None and candidate.position is not None:
@@ -837,6 +870,19 @@ def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None 
         mixed = (own[pk] + ranking.neighbour_weight * neighbour + ranking.document_weight * document) / total
         scores[pk] = min(1.0, max(0.0, own[pk], mixed))
     return scores
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def asking_share(text: str) -> float:
+    """The share of `text`'s sentences that are questions (end with '?'): 1.0
+    for "What pet do you have?", 0.5 for "Nice! Where was it?", 0 for a
+    statement."""
+    sentences = [sentence for sentence in _SENTENCE_END.split(text.strip()) if sentence]
+    if not sentences:
+        return 0.0
+    return sum(sentence.endswith("?") for sentence in sentences) / len(sentences)
 
 
 def _own_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking) -> dict[uuid.UUID, float]:

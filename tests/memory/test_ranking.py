@@ -162,3 +162,70 @@ def test_a_neighbour_that_fails_the_row_check_helps_nobody(people, monkeypatch):
     again = {hit.fragment.value: hit.score for hit in fragments_search(caller=bruno, query="zanzibar festival").hits}
     assert refused not in again
     assert again["Melanie: Oh no."] < seen["Melanie: Oh no."]
+
+
+@pytest.mark.parametrize(("text", "share"), [
+    ("What pet do you have?", 1.0),
+    ("Caroline: Wow! What got you into running?", 0.5),
+    ("Nice! So fun. Where was it?", 1 / 3),
+    ("Melanie: We got another cat named Bailey.", 0.0),
+    ("Is it? [shares an image: a cat on a sofa]", 0.5),
+    ("", 0.0),
+    ("   ", 0.0),
+    ("??", 1.0),
+])
+def test_the_asking_share_of_a_fragment_is_the_share_of_its_sentences_that_are_questions(text, share):
+    assert search.asking_share(text) == pytest.approx(share)
+
+
+def test_a_fragment_that_only_asks_is_lowered_and_still_helps_the_answer_after_it():
+    from dataclasses import replace
+
+    ranking = replace(search.RANKING, asking_weight=0.4)
+    question, answer, statement = (uuid.uuid4() for _ in range(3))
+    candidates = {
+        question: Candidate(vector_similarity=0.0, lexical_score=0.8, document=1, position=0, asking=1.0),
+        answer: Candidate(vector_similarity=0.0, lexical_score=0.3, document=1, position=1),
+        statement: Candidate(vector_similarity=0.0, lexical_score=0.8, asking=0.0),
+    }
+    scores = fuse_scores(candidates, ranking)
+    unlowered = fuse_scores(candidates, replace(ranking, asking_weight=0.0))
+    assert scores[statement] == pytest.approx(unlowered[statement])
+    assert scores[question] == pytest.approx(unlowered[question] * 0.6)
+    # The answer is helped by the question's full score, as before.
+    assert scores[answer] == pytest.approx(unlowered[answer]) and scores[answer] > ranking.lexical_weight * 0.3
+    half = fuse_scores({question: replace(candidates[question], asking=0.5)}, ranking)[question]
+    assert half == pytest.approx(ranking.lexical_weight * 0.8 * 0.8)
+    # Other fusions are left as they are.
+    rrf = replace(ranking, fusion="rrf")
+    assert fuse_scores(candidates, rrf) == fuse_scores(candidates, replace(rrf, asking_weight=0.0))
+
+
+def test_the_row_check_gives_each_candidate_its_asking_share(people, shared_fragment):
+    asks = shared_fragment("Where is the zanzibar gateway log kept?")
+    tells = shared_fragment("The zanzibar gateway log is kept in the ops bucket.")
+    bruno = people.caller(people.bruno)
+    with transaction.atomic(), search.index_settings():
+        policy = access.read_policy(caller=bruno, as_of=timezone.now())
+        candidates, _, _ = search.scored_candidates(policy=policy, query="zanzibar gateway log", query_vector=None,
+                                                    limit=10, deadline=search.Deadline(30), ranking=search.RANKING)
+    assert candidates[asks.pk].asking == 1.0 and candidates[tells.pk].asking == 0.0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("query", "lexemes"), [
+    ("Would Melanie likely enjoy the song by Vivaldi?", {"melani", "enjoy", "song", "vivaldi"}),
+    ("What could Nate probably cook, or possibly bake, that he might like?", {"nate", "cook", "bake", "like"}),
+    ("What does Caroline like?", {"carolin", "like"}),
+    ("What did Caroline do in May 2023?", {"carolin", "may", "2023"}),
+    ("Would you?", {"would"}),  # nothing but its form: the form is all there is to search
+])
+def test_the_words_that_only_give_a_question_its_form_are_not_searched(query, lexemes):
+    assert set(search.query_lexemes(query)) == lexemes
+
+
+def test_a_question_with_likely_does_not_match_everything_that_says_like(people, shared_fragment):
+    shared_fragment("Looks like rain again, like every Tuesday.")
+    vivaldi = shared_fragment("Bruno plays Vivaldi's Four Seasons every morning.")
+    result = fragments_search(caller=people.caller(people.bruno), query="Would Bruno likely enjoy Vivaldi?")
+    assert [hit.fragment.pk for hit in result.hits] == [vivaldi.pk]
