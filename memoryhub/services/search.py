@@ -92,11 +92,11 @@ class Ranking:
     # in the same document: a reply is found with the question it answers.
     neighbour_weight: float = 1.0
     document_weight: float = 0.3
-    # A fragment that only asks ("What pet do you have?") states nothing a
-    # reader is looking for, though it shares the question's words: its score
-    # is multiplied by 1 - asking_weight x the share of its sentences that are
-    # questions (asking_share). Its neighbours are helped by its full score: a
-    # question still points at the answer after it.
+    # A turn that only asks ("What pet do you have?") states nothing a reader
+    # is looking for, though it shares the question's words: the score of a
+    # document's fragment is multiplied by 1 - asking_weight x the share of
+    # its sentences that are questions (asking_share). Its neighbours are
+    # helped by its full score: a question points at the answer after it.
     asking_weight: float = 0.4
     # PostgreSQL rank normalisation bits for ts_rank (32: r/(r+1)).
     lexical_normalization: int = 32
@@ -621,9 +621,10 @@ _LEXEME_QUOTE = re.compile(r"['\\]")
 # Words that give a question its form, not its subject ("Would Melanie likely
 # enjoy Vivaldi?"): PostgreSQL's English stop list keeps them, and "likely"
 # stems to "like", which half of any conversation says. The full-text side of
-# a search leaves them out (unless they are all the query has); the query's
-# embedding reads the question whole.
-QUESTION_FORM_WORDS = re.compile(r"\b(?:would|could|might|likely|unlikely|probably|possibly)\b", re.IGNORECASE)
+# a search leaves them out (a query of nothing else is answered by its
+# embedding alone, like a query of stop words); the embedding reads it whole.
+QUESTION_FORM_WORDS = re.compile(
+    r"\b(?:would|could|might|likely|unlikely|probably|possibly)(?:n[\u2019']t|[\u2019']ve)?\b", re.IGNORECASE)
 
 
 def query_lexemes(query: str) -> list[str]:
@@ -631,13 +632,9 @@ def query_lexemes(query: str) -> list[str]:
     as the stored search vectors, once each, without the words that only give
     a question its form."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s)), "
-            "tsvector_to_array(to_tsvector(%s::regconfig, %s))",
-            [TEXT_SEARCH_CONFIG, QUESTION_FORM_WORDS.sub(" ", query), TEXT_SEARCH_CONFIG, query],
-        )
-        subject, whole = cursor.fetchone()
-    return list(subject or whole or [])
+        cursor.execute("SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))",
+                       [TEXT_SEARCH_CONFIG, QUESTION_FORM_WORDS.sub(" ", query)])
+        return list(cursor.fetchone()[0] or [])
 
 
 def _quoted(lexeme: str) -> str:
@@ -846,7 +843,12 @@ def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None 
         else own
     if not ranking.asking_weight:
         return scores
-    return {pk: score * (1.0 - ranking.asking_weight * candidates[pk].asking) for pk, score in scores.items()}
+    # Only a turn of a document is lowered: the answer beside it is what the
+    # reader wants, and it has just been raised by the question's full score.
+    # A memory of its own that asks has nothing beside it to hand over to.
+    return {pk: max(0.0, score * (1.0 - ranking.asking_weight * candidates[pk].asking))
+            if candidates[pk].document is not None else score
+            for pk, score in scores.items()}
 
 
 def _with_neighbours(candidates: dict[uuid.UUID, Candidate], own: dict[uuid.UUID, float],
@@ -872,17 +874,23 @@ def _with_neighbours(candidates: dict[uuid.UUID, Candidate], own: dict[uuid.UUID
     return scores
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# A sentence: text up to a run of sentence-ending marks (with the quotes or
+# brackets that close it), or up to the end.
+_SENTENCE = re.compile(
+    r"(?P<words>[^.!?\u2026\u3002\uff01\uff1f\u061f]+)(?P<end>[.!?\u2026\u3002\uff01\uff1f\u061f]*)")
+_QUESTION_MARK = re.compile(r"[?\uff1f\u061f]")
+_WORD = re.compile(r"\w")
 
 
 def asking_share(text: str) -> float:
-    """The share of `text`'s sentences that are questions (end with '?'): 1.0
-    for "What pet do you have?", 0.5 for "Nice! Where was it?", 0 for a
-    statement."""
-    sentences = [sentence for sentence in _SENTENCE_END.split(text.strip()) if sentence]
+    """The share of `text`'s sentences that are questions (their closing marks
+    hold a question mark: ?, ?!, the full-width and the Arabic ones): 1.0 for
+    "What pet do you have?", 0.5 for "Nice! Where was it?", 0 for a
+    statement. A piece with no word in it (an emoticon) is no sentence."""
+    sentences = [match for match in _SENTENCE.finditer(text) if _WORD.search(match["words"])]
     if not sentences:
         return 0.0
-    return sum(sentence.endswith("?") for sentence in sentences) / len(sentences)
+    return sum(bool(_QUESTION_MARK.search(match["end"])) for match in sentences) / len(sentences)
 
 
 def _own_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking) -> dict[uuid.UUID, float]:

@@ -172,7 +172,15 @@ def test_a_neighbour_that_fails_the_row_check_helps_nobody(people, monkeypatch):
     ("Is it? [shares an image: a cat on a sofa]", 0.5),
     ("", 0.0),
     ("   ", 0.0),
-    ("??", 1.0),
+    ("??", 0.0),  # no word in it: no sentence
+    ("What?!", 1.0),
+    ('He asked "Is it?"', 1.0),
+    ("(did you see it?)", 1.0),
+    ("What pet? :)", 1.0),
+    ("你好。你有宠物吗？", 0.5),
+    ("ما اسمك؟", 1.0),
+    ("I love it… Do you?", 0.5),
+    ("Really?!!!!! Okay.", 0.5),
 ])
 def test_the_asking_share_of_a_fragment_is_the_share_of_its_sentences_that_are_questions(text, share):
     assert search.asking_share(text) == pytest.approx(share)
@@ -182,23 +190,29 @@ def test_a_fragment_that_only_asks_is_lowered_and_still_helps_the_answer_after_i
     from dataclasses import replace
 
     ranking = replace(search.RANKING, asking_weight=0.4)
-    question, answer, statement = (uuid.uuid4() for _ in range(3))
+    question, answer, statement, memory = (uuid.uuid4() for _ in range(4))
     candidates = {
         question: Candidate(vector_similarity=0.0, lexical_score=0.8, document=1, position=0, asking=1.0),
         answer: Candidate(vector_similarity=0.0, lexical_score=0.3, document=1, position=1),
-        statement: Candidate(vector_similarity=0.0, lexical_score=0.8, asking=0.0),
+        statement: Candidate(vector_similarity=0.0, lexical_score=0.8, document=2, position=0, asking=0.0),
+        # A memory of its own that asks has no answer beside it to hand over to: not lowered.
+        memory: Candidate(vector_similarity=0.0, lexical_score=0.8, asking=1.0),
     }
     scores = fuse_scores(candidates, ranking)
     unlowered = fuse_scores(candidates, replace(ranking, asking_weight=0.0))
     assert scores[statement] == pytest.approx(unlowered[statement])
+    assert scores[memory] == pytest.approx(unlowered[memory]) == pytest.approx(ranking.lexical_weight * 0.8)
     assert scores[question] == pytest.approx(unlowered[question] * 0.6)
+    assert scores[question] < scores[statement]
     # The answer is helped by the question's full score, as before.
     assert scores[answer] == pytest.approx(unlowered[answer]) and scores[answer] > ranking.lexical_weight * 0.3
     half = fuse_scores({question: replace(candidates[question], asking=0.5)}, ranking)[question]
     assert half == pytest.approx(ranking.lexical_weight * 0.8 * 0.8)
+    # Any weight keeps a score in [0, 1].
+    assert fuse_scores(candidates, replace(ranking, asking_weight=1.5))[question] == 0.0
     # Other fusions are left as they are.
-    rrf = replace(ranking, fusion="rrf")
-    assert fuse_scores(candidates, rrf) == fuse_scores(candidates, replace(rrf, asking_weight=0.0))
+    lexical = replace(ranking, fusion="lexical")
+    assert fuse_scores(candidates, lexical)[question] == pytest.approx(0.8)
 
 
 def test_the_row_check_gives_each_candidate_its_asking_share(people, shared_fragment):
@@ -212,13 +226,25 @@ def test_the_row_check_gives_each_candidate_its_asking_share(people, shared_frag
     assert candidates[asks.pk].asking == 1.0 and candidates[tells.pk].asking == 0.0
 
 
+def test_in_a_conversation_the_answer_outranks_the_question_it_shares_words_with(people):
+    conversation(people, "chat/pets", [("Caroline", "Zanzibar pets? What pet do you have, Melanie?"),
+                                       ("Melanie", "A cat named Bailey, since last spring."),
+                                       ("Caroline", "Lovely. The weather here is grim.")])
+    bruno = people.caller(people.bruno)
+    values = [hit.fragment.value for hit in fragments_search(caller=bruno, query="zanzibar pets").hits]
+    assert values[0] == "Melanie: A cat named Bailey, since last spring."
+    assert "Caroline: Zanzibar pets? What pet do you have, Melanie?" in values
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(("query", "lexemes"), [
     ("Would Melanie likely enjoy the song by Vivaldi?", {"melani", "enjoy", "song", "vivaldi"}),
     ("What could Nate probably cook, or possibly bake, that he might like?", {"nate", "cook", "bake", "like"}),
     ("What does Caroline like?", {"carolin", "like"}),
     ("What did Caroline do in May 2023?", {"carolin", "may", "2023"}),
-    ("Would you?", {"would"}),  # nothing but its form: the form is all there is to search
+    ("Wouldn't Bruno like it? Would've he?", {"bruno", "like"}),
+    ("Would you?", set()),  # nothing but its form: its embedding alone answers
+    ("Would it likely?", set()),
 ])
 def test_the_words_that_only_give_a_question_its_form_are_not_searched(query, lexemes):
     assert set(search.query_lexemes(query)) == lexemes
