@@ -116,16 +116,21 @@ def main() -> None:
     today = {name: row for name, row in json.loads(Path(args.today).read_text())["service"].items()}
     conversations = sorted({q["conversation"] for q in questions})
     settings = sorted(questions[0].get("candidates_by_bm25", {})) or [""]
-    # A point: (vector, neighbour, document, BM25 k1/b/own of a --bm25-grid dump or "", asking).
+    # The grid's axes; a point is (vector, neighbour, document, BM25 k1/b/own of a --bm25-grid dump or "",
+    # asking).
     if args.asking:
-        grid = [(v, n, d, "", a) for a, v, n, d in product(ASKING_WEIGHTS, ASKING_VECTOR_WEIGHTS,
-                                                           ASKING_NEIGHBOUR_WEIGHTS, ASKING_DOCUMENT_WEIGHTS)]
-    elif settings == [""]:
-        grid = [(v, n, d, "", RANKING.asking_weight)
-                for v, n, d in product(VECTOR_WEIGHTS, NEIGHBOUR_WEIGHTS, DOCUMENT_WEIGHTS)]
+        name, axes = "locomo_tune_asking", {
+            "asking": ASKING_WEIGHTS, "vector": ASKING_VECTOR_WEIGHTS, "neighbour": ASKING_NEIGHBOUR_WEIGHTS,
+            "document": ASKING_DOCUMENT_WEIGHTS, "bm25": settings}
+    elif settings != [""]:
+        name, axes = "locomo_tune_bm25", {
+            "vector": JOINT_VECTOR_WEIGHTS, "neighbour": JOINT_NEIGHBOUR_WEIGHTS, "document": JOINT_DOCUMENT_WEIGHTS,
+            "bm25": settings}
     else:
-        grid = [(v, n, d, bm25, RANKING.asking_weight) for bm25 in settings for v, n, d in
-                product(JOINT_VECTOR_WEIGHTS, JOINT_NEIGHBOUR_WEIGHTS, JOINT_DOCUMENT_WEIGHTS)]
+        name, axes = "locomo_tune", {
+            "vector": VECTOR_WEIGHTS, "neighbour": NEIGHBOUR_WEIGHTS, "document": DOCUMENT_WEIGHTS, "bm25": settings}
+    grid = [(v, n, d, bm25, a) for bm25 in axes["bm25"] for a in axes.get("asking", (RANKING.asking_weight,))
+            for v, n, d in product(axes["vector"], axes["neighbour"], axes["document"])]
 
     def ranking(point):  # type: ignore[no-untyped-def]
         vector, neighbour, document, _, asking = point
@@ -153,20 +158,8 @@ def main() -> None:
           f"leave-one-out estimate R@10 {loco['r10']:.4f} nDCG {loco['ndcg']:.4f}")
     print("on all five:", json.dumps({k: {m: round(v, 4) for m, v in row.items()}
                                       for k, row in everything[product_point].items()}))
-    joint = settings != [""]
-    if args.asking:
-        name, grid_axes = "locomo_tune_asking", {
-            "asking": ASKING_WEIGHTS, "vector": ASKING_VECTOR_WEIGHTS, "neighbour": ASKING_NEIGHBOUR_WEIGHTS,
-            "document": ASKING_DOCUMENT_WEIGHTS}
-    elif joint:
-        name, grid_axes = "locomo_tune_bm25", {
-            "vector": JOINT_VECTOR_WEIGHTS, "neighbour": JOINT_NEIGHBOUR_WEIGHTS, "document": JOINT_DOCUMENT_WEIGHTS,
-            "bm25": settings}
-    else:
-        name, grid_axes = "locomo_tune", {
-            "vector": VECTOR_WEIGHTS, "neighbour": NEIGHBOUR_WEIGHTS, "document": DOCUMENT_WEIGHTS}
     write_results(name, {
-        "grid": grid_axes,
+        "grid": axes,
         "folds": [{**f, "chosen": list(f["chosen"])} for f in folds],
         "chosen": list(product_point), "leave_one_out": loco,
         "all_five": {str(list(p)): everything[p] for p in grid},

@@ -545,7 +545,8 @@ class Candidate:
     # of a connected source's document only).
     document: int | None = None
     position: int | None = None
-    # The share of its sentences that are questions (asking_share), once its row passed the check.
+    # The share of its sentences that are questions (asking_share), once its
+    # row passed the check (a document's fragment, when fusion lowers asking).
     asking: float = 0.0
 
 
@@ -800,6 +801,7 @@ def _checked_rows(
         queryset = queryset.defer("embedding")
     rows: dict[uuid.UUID, Fragment] = {}
     alarms = []
+    lowers_asking = ranking.fusion == "weighted" and bool(ranking.asking_weight)
     for fragment in queryset:
         refusal = row_refusal(policy, fragment)
         if refusal is None:
@@ -811,7 +813,9 @@ def _checked_rows(
                 candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
             if fragment.position is not None and fragment.document_id is not None:
                 candidate.document, candidate.position = fragment.document_id, fragment.position
-            candidate.asking = asking_share(fragment.value)
+                # Read only where fusion uses it (a document's fragment, see fuse_scores).
+                if lowers_asking:
+                    candidate.asking = asking_share(fragment.value)
             continue
         alarms.append(str(fragment.pk))
         ENFORCEMENT_ALARMS.inc()
@@ -839,8 +843,9 @@ def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None 
     own = _own_scores(candidates, ranking)
     if ranking.fusion != "weighted":
         return own
-    scores = _with_neighbours(candidates, own, ranking) if ranking.neighbour_weight or ranking.document_weight \
-        else own
+    scores = own
+    if ranking.neighbour_weight or ranking.document_weight:
+        scores = _with_neighbours(candidates, own, ranking)
     if not ranking.asking_weight:
         return scores
     # Only a turn of a document is lowered: the answer beside it is what the

@@ -215,15 +215,20 @@ def test_a_fragment_that_only_asks_is_lowered_and_still_helps_the_answer_after_i
     assert fuse_scores(candidates, lexical)[question] == pytest.approx(0.8)
 
 
-def test_the_row_check_gives_each_candidate_its_asking_share(people, shared_fragment):
-    asks = shared_fragment("Where is the zanzibar gateway log kept?")
-    tells = shared_fragment("The zanzibar gateway log is kept in the ops bucket.")
+def test_the_row_check_gives_each_turn_its_asking_share(people, shared_fragment):
+    conversation(people, "chat/log", [("Ana", "Where is the zanzibar gateway log kept?"),
+                                      ("Ben", "The zanzibar gateway log is kept in the ops bucket.")])
+    # A memory of its own is never lowered, so its share is not read (it may be 4 KiB of text).
+    alone = shared_fragment("Is the zanzibar gateway log rotated?")
     bruno = people.caller(people.bruno)
     with transaction.atomic(), search.index_settings():
         policy = access.read_policy(caller=bruno, as_of=timezone.now())
-        candidates, _, _ = search.scored_candidates(policy=policy, query="zanzibar gateway log", query_vector=None,
-                                                    limit=10, deadline=search.Deadline(30), ranking=search.RANKING)
-    assert candidates[asks.pk].asking == 1.0 and candidates[tells.pk].asking == 0.0
+        candidates, rows, _ = search.scored_candidates(policy=policy, query="zanzibar gateway log", query_vector=None,
+                                                       limit=10, deadline=search.Deadline(30), ranking=search.RANKING)
+    asking = {rows[pk].value: candidate.asking for pk, candidate in candidates.items()}
+    assert asking["Ana: Where is the zanzibar gateway log kept?"] == 1.0
+    assert asking["Ben: The zanzibar gateway log is kept in the ops bucket."] == 0.0
+    assert candidates[alone.pk].asking == 0.0
 
 
 def test_in_a_conversation_the_answer_outranks_the_question_it_shares_words_with(people):
