@@ -280,7 +280,8 @@ RECEIPT_OUTPUT: Final[JSONSchema] = {
             "format": "date-time",
             "description": "The instant the replay read as of (the original's explicit as_of, else now).",
         },
-        "note": _nullable("string", "Why the receipt could not be replayed, when it could not."),
+        "note": _nullable("string", "What to know about the replay, in words: why it could not be re-executed, "
+                                     "or how it differs from the read (as of now; ranked by today's ranking)."),
         "grounding_changes": {
             "type": "array",
             "description": "Fragments served then (that you may read now) whose grounding changed since the read: "

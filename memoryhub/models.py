@@ -463,6 +463,11 @@ class Receipt(models.Model):
         help_text="The result budget the served list was cut to (e.g. the MCP tool result's); a replay applies it.",
     )
     created_at = models.DateTimeField(default=timezone.now)
+    ranking = models.JSONField(
+        default=dict, blank=True, db_default=models.Value({}, output_field=models.JSONField()),
+        help_text="The ranking that ordered what was served (memoryhub.services.search.ranking_record), so a replay "
+                  "ranks the same way; empty for reads made before receipts kept it. Not part of the chain.",
+    )
     # Its entry in the workspace's hash chain (contract/receipt_chain.py).
     served_hashes = models.JSONField(
         default=list, help_text="The keyed hash (HMAC under the fragment's salt; plain SHA-256 in version 1 records) "

@@ -2,7 +2,9 @@
 
 A replay re-executes the identical read (same query, filters, limit, task,
 and the result budget the original read was cut to) under the reader's rights
-of today: an explicit as_of is kept, an implicit one becomes "now". It serves
+of today: an explicit as_of is kept, an implicit one becomes "now". It ranks
+with the parameters the read was ranked with (the receipt keeps them), unless
+search's formulas have changed since, which its note then says. It serves
 nothing: it returns fragment ids and the difference.
 
 A replay also checks the receipt's entry in the workspace's hash chain
@@ -38,16 +40,25 @@ from memoryhub.services.provenance import provenance_for
 from memoryhub.services.receipt_chain import EntryCheck, entry_check
 from memoryhub.services.search import (
     Deadline,
+    Ranking,
     ResultBudget,
     SearchRequest,
     budget_named,
     is_cancelled,
+    ranking_of_record,
     search_execute,
 )
 
 WEBSITE = "this website"
 
 RECEIPT_NOT_YOURS = "No receipt with this id is yours to replay; you can reopen only receipts of your own reads."
+NOTE_IMPLICIT_AS_OF = "The original read had no as_of; it was replayed as of now."
+NOTE_RANKING_CHANGED = ("Search ranks differently since this read, so it was replayed with today's ranking: a "
+                        "fragment missing or added now may have moved in the order, not left or entered what you "
+                        "may read.")
+NOTE_RANKING_UNKNOWN = ("This read was made before receipts kept the ranking that served it, so it was replayed with "
+                        "today's ranking: a fragment missing or added now may have moved in the order, not left or "
+                        "entered what you may read.")
 
 
 @dataclass(frozen=True)
@@ -112,15 +123,22 @@ def receipt_replay(
     replay = ReceiptReplay(receipt=receipt, reader=caller.display_name, replayed_as_of=replay_as_of,
                            chain=entry_check(receipt), client=receipt_clients([receipt])[receipt.pk])
     same_budget = budget_named(receipt.budget)
+    # The ranking the read was served with, when this code still makes it:
+    # then only memory and rights can make the replay differ.
+    same_ranking = ranking_of_record(receipt.ranking)
     try:
-        replay.served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds, same_budget)
+        replay.served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds, same_budget, same_ranking)
     except MemoryhubError as exc:
         replay.note = f"The read could not be re-executed: {exc.message}"
         return replay
     replay.replayed = True
     replay.grounding_changes = _grounding_changes(caller, replay)
+    notes = []
     if not receipt.as_of_explicit:
-        replay.note = "The original read had no as_of; it was replayed as of now."
+        notes.append(NOTE_IMPLICIT_AS_OF)
+    if same_ranking is None:
+        notes.append(NOTE_RANKING_CHANGED if receipt.ranking else NOTE_RANKING_UNKNOWN)
+    replay.note = " ".join(notes) or None
     return replay
 
 
@@ -144,13 +162,14 @@ def _grounding_changes(caller: Caller, replay: ReceiptReplay) -> list[GroundingC
 
 
 def _re_execute(caller: Caller, receipt: Receipt, as_of: dt.datetime, deadline_seconds: float | None,
-                budget: ResultBudget | None) -> list[str]:
+                budget: ResultBudget | None, ranking: Ranking | None) -> list[str]:
     request = SearchRequest.from_json(receipt.request)
     deadline = Deadline(deadline_seconds or settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS)
     try:
         with transaction.atomic():
             execution = search_execute(
-                caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk, budget=budget,
+                caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk,
+                ranking=ranking, budget=budget,
             )
     except OperationalError as exc:
         if is_cancelled(exc):

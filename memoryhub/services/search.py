@@ -30,13 +30,15 @@ the pages as HTML).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
 import re
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
@@ -127,6 +129,47 @@ MATCH_THRESHOLD = 0.05
 LEXICAL_MATCH_MIN = 0.02
 # How much the judgment plane's task affinity can move a fragment, relative to relevance.
 JUDGMENT_WEIGHT = 0.5
+
+# How the fields of a Ranking are used: the formulas of lexical_scored,
+# fuse_scores and the row check, and the constants above. Raise it with any
+# change to them, so a receipt's replay knows the parameters it recorded no
+# longer make the identical ranking (ranking_revision).
+RANKING_REVISION = 1
+
+
+def ranking_revision() -> str:
+    """RANKING_REVISION with a digest of what else decides an order without
+    being a Ranking field: the constants above, the question-form words, the
+    text search configuration and the HNSW candidate list."""
+    decided_by = [CANDIDATES_PER_RESULT, CANDIDATES_MIN, LEXICAL_MATCH_CAP, MATCH_THRESHOLD, LEXICAL_MATCH_MIN,
+                  JUDGMENT_WEIGHT, QUESTION_FORM_WORDS.pattern, TEXT_SEARCH_CONFIG, hnsw_ef_search()]
+    digest = hashlib.sha256(json.dumps(decided_by).encode()).hexdigest()[:12]
+    return f"{RANKING_REVISION}-{digest}"
+
+
+def ranking_record(ranking: Ranking) -> dict[str, Any]:
+    """What a serving receipt keeps of the ranking that served it."""
+    return {"revision": ranking_revision(), "parameters": asdict(ranking)}
+
+
+def ranking_of_record(record: dict[str, Any] | None) -> Ranking | None:
+    """The ranking a receipt recorded, when this code makes it again
+    identically (the same revision, the same fields); otherwise None."""
+    if not isinstance(record, dict) or record.get("revision") != ranking_revision():
+        return None
+    parameters = record.get("parameters")
+    if not isinstance(parameters, dict) or set(parameters) != {item.name for item in fields(Ranking)}:
+        return None
+    hints = get_type_hints(Ranking)
+    for name, value in parameters.items():
+        allowed = get_args(hints[name])
+        if get_origin(hints[name]) is Literal:
+            if value not in allowed:
+                return None
+        elif isinstance(value, bool) or not isinstance(value, (float, int) if hints[name] is float else hints[name]):
+            return None
+    return Ranking(**parameters)
+
 
 NOTICE_NOTHING_VISIBLE = (
     "No memory is visible to you yet: you have written none, and no collection your roles can read "
@@ -347,7 +390,7 @@ def fragments_search(
         with transaction.atomic():
             execution = search_execute(
                 caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
-                budget=budget,
+                ranking=RANKING, budget=budget,
             )
             with phase("receipt"):
                 receipt_chain.receipt_append(Receipt(
@@ -367,6 +410,7 @@ def fragments_search(
                                    for hit in execution.result.hits],
                     abstained=execution.result.abstained,
                     budget=budget.name if budget is not None else "",
+                    ranking=ranking_record(RANKING),
                 ))
     except OperationalError as exc:
         if is_cancelled(exc):

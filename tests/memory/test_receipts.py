@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import asdict, replace
 
 import pytest
 from django.utils import timezone
 
 from memoryhub.errors import NotFound, PermissionDenied
 from memoryhub.mcp_adapter.render import receipt_output, search_output
-from memoryhub.models import Fragment, Membership
+from memoryhub.models import Fragment, Membership, Receipt
 from memoryhub.services import receipts, search
 from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
@@ -120,3 +121,79 @@ def test_a_replay_that_cannot_run_says_why(bruno, monkeypatch):
     assert "could not be re-executed" in replay.note and "deadline" in replay.note
     assert replay.served_then == read.served_ids
     assert replay.served_now == []
+
+
+# BM25 without length normalisation puts the long page that says "zanzibar" three times first; with full
+# normalisation the short line wins. Full-text only, so the order depends on the ranking's parameters alone.
+READ_RANKING = replace(search.RANKING, fusion="lexical", bm25_k1=2.0, bm25_b=0.0)
+TODAYS_RANKING = replace(READ_RANKING, bm25_b=1.0)
+
+
+def two_orders(bruno):  # type: ignore[no-untyped-def]
+    long = private_fragment(bruno, "Zanzibar zanzibar zanzibar: the ferry timetable, the harbour fees, the customs "
+                                   "forms, the spice market hours, the hotel list, the taxi ranks and the museum.")
+    short = private_fragment(bruno, "Zanzibar in June.")
+    return long, short
+
+
+def test_a_replay_ranks_with_the_parameters_the_read_was_ranked_with(bruno, monkeypatch):
+    long, short = two_orders(bruno)
+    monkeypatch.setattr(search, "RANKING", READ_RANKING)
+    read = fragments_search(caller=bruno, query="zanzibar", limit=1, as_of=timezone.now())
+    assert read.served_ids == [str(long.pk)]
+    assert Receipt.objects.get(pk=read.receipt_id).ranking == search.ranking_record(READ_RANKING)
+    # Search's weights change; the formulas do not.
+    monkeypatch.setattr(search, "RANKING", TODAYS_RANKING)
+    assert fragments_search(caller=bruno, query="zanzibar", limit=1).served_ids == [str(short.pk)]
+    replay = receipt_replay(caller=bruno, receipt_id=read.receipt_id)
+    assert replay.served_now == [str(long.pk)] and replay.missing_now == replay.extra_now == []
+    assert replay.note is None
+
+
+def test_a_replay_after_the_formulas_changed_says_its_differences_may_be_the_ranking(bruno, monkeypatch):
+    long, short = two_orders(bruno)
+    monkeypatch.setattr(search, "RANKING", READ_RANKING)
+    read = fragments_search(caller=bruno, query="zanzibar", limit=1)
+    monkeypatch.setattr(search, "RANKING", TODAYS_RANKING)
+    monkeypatch.setattr(search, "RANKING_REVISION", search.RANKING_REVISION + 1)
+    replay = receipt_replay(caller=bruno, receipt_id=read.receipt_id)
+    assert replay.replayed is True
+    assert replay.served_now == [str(short.pk)] and replay.missing_now == [str(long.pk)]
+    assert replay.note == f"{receipts.NOTE_IMPLICIT_AS_OF} {receipts.NOTE_RANKING_CHANGED}"
+    assert "moved in the order" in receipt_output(replay)["note"]
+
+
+def test_a_replay_of_a_read_from_before_receipts_kept_their_ranking_says_so(bruno, monkeypatch):
+    long, _ = two_orders(bruno)
+    read = fragments_search(caller=bruno, query="zanzibar", as_of=timezone.now())
+    Receipt.objects.filter(pk=read.receipt_id).update(ranking={})
+    replay = receipt_replay(caller=bruno, receipt_id=read.receipt_id)
+    assert replay.replayed is True and replay.note == receipts.NOTE_RANKING_UNKNOWN
+    # The chain does not cover the ranking: the entry still verifies.
+    assert replay.chain.verifies
+
+
+def recorded(**parameters):  # type: ignore[no-untyped-def]
+    return {"revision": search.ranking_revision(), "parameters": {**asdict(search.RANKING), **parameters}}
+
+
+@pytest.mark.parametrize("record", [
+    lambda: None,
+    lambda: {},
+    lambda: {**recorded(), "revision": "0-000000000000"},  # made by other formulas
+    lambda: {**recorded(), "parameters": None},
+    lambda: {**recorded(), "parameters": {"fusion": "weighted"}},  # fields missing
+    lambda: recorded(retired_knob=1),  # a field this code does not have
+    lambda: recorded(bm25_k1="high"),
+    lambda: recorded(vector_weight=True),
+    lambda: recorded(fusion="magic"),
+])
+def test_a_recorded_ranking_this_code_cannot_make_again_is_none(record):
+    assert search.ranking_of_record(record()) is None
+
+
+def test_the_ranking_revision_follows_the_constants_that_decide_an_order(monkeypatch):
+    revision = search.ranking_revision()
+    assert search.ranking_of_record(search.ranking_record(search.RANKING)) == search.RANKING
+    monkeypatch.setattr(search, "MATCH_THRESHOLD", search.MATCH_THRESHOLD + 0.01)
+    assert search.ranking_revision() != revision
