@@ -693,10 +693,10 @@ def _raw_lexemes(lexemes: Sequence[str]) -> SearchQuery:
 
 
 def tsquery_for(query: str, ranking: Ranking, *, lexemes: Sequence[str] | None = None) -> SearchQuery | None:
-    if ranking.lexical_query == "websearch":
-        return SearchQuery(query, config=TEXT_SEARCH_CONFIG, search_type="websearch")
-    if ranking.lexical_query == "plain":
-        return SearchQuery(query, config=TEXT_SEARCH_CONFIG, search_type="plain")
+    if ranking.lexical_query in ("websearch", "plain"):
+        # All of the query's words, but not those that only give it its form.
+        return SearchQuery(QUESTION_FORM_WORDS.sub(" ", query), config=TEXT_SEARCH_CONFIG,
+                           search_type=ranking.lexical_query)
     lexemes = query_lexemes(query) if lexemes is None else lexemes
     return _raw_lexemes(lexemes) if lexemes else None
 

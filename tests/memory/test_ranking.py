@@ -260,3 +260,15 @@ def test_a_question_with_likely_does_not_match_everything_that_says_like(people,
     vivaldi = shared_fragment("Bruno plays Vivaldi's Four Seasons every morning.")
     result = fragments_search(caller=people.caller(people.bruno), query="Would Bruno likely enjoy Vivaldi?")
     assert [hit.fragment.pk for hit in result.hits] == [vivaldi.pk]
+
+
+@pytest.mark.parametrize("mode", ["websearch", "plain"])
+def test_the_all_words_modes_leave_the_form_words_out_too(people, shared_fragment, monkeypatch, mode):
+    from dataclasses import replace
+
+    # These modes want every word of the query: "likely" (stemmed "like") would rule the answer out.
+    vivaldi = shared_fragment("Bruno enjoys Vivaldi's Four Seasons every morning.")
+    monkeypatch.setattr(search, "RANKING", replace(search.RANKING, fusion="lexical", lexical_ranker="ts_rank",
+                                                   lexical_query=mode))
+    result = fragments_search(caller=people.caller(people.bruno), query="Would Bruno likely enjoy Vivaldi?")
+    assert [hit.fragment.pk for hit in result.hits] == [vivaldi.pk]
