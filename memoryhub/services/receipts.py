@@ -4,7 +4,7 @@ A replay re-executes the identical read (same query, filters, limit, task,
 and the result budget the original read was cut to) under the reader's rights
 of today: an explicit as_of is kept, an implicit one becomes "now". It ranks
 with the parameters the read was ranked with (the receipt keeps them), unless
-search's formulas have changed since, which its note then says. It serves
+the code that ranks has changed since, which its note then says. It serves
 nothing: it returns fragment ids and the difference.
 
 A replay also checks the receipt's entry in the workspace's hash chain
@@ -123,8 +123,10 @@ def receipt_replay(
     replay = ReceiptReplay(receipt=receipt, reader=caller.display_name, replayed_as_of=replay_as_of,
                            chain=entry_check(receipt), client=receipt_clients([receipt])[receipt.pk])
     same_budget = budget_named(receipt.budget)
-    # The ranking the read was served with, when this code still makes it:
-    # then only memory and rights can make the replay differ.
+    # The ranking the read was served with, when this code still makes it: a
+    # change of weights since then does not show up as a difference. (The
+    # workspace's own search settings, its relevance floor, judgment plane
+    # and stale policy, are today's, like the reader's rights.)
     same_ranking = ranking_of_record(receipt.ranking)
     try:
         replay.served_now = _re_execute(caller, receipt, replay_as_of, deadline_seconds, same_budget, same_ranking)

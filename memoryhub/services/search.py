@@ -30,9 +30,13 @@ the pages as HTML).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
+import inspect
 import json
 import logging
+import marshal
+import math
 import re
 import time
 import uuid
@@ -51,7 +55,7 @@ from contract import limits
 from contract.receipt_chain import value_hash
 from memoryhub import access
 from memoryhub.access import Caller, ReadPolicy
-from memoryhub.embeddings import get_embedder
+from memoryhub.embeddings import embedder_class, get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import TEXT_SEARCH_CONFIG, EnforcementAlarm, Fragment, Receipt, Tenant, new_receipt_id
 from memoryhub.observability import ENFORCEMENT_ALARMS, phase
@@ -130,21 +134,45 @@ LEXICAL_MATCH_MIN = 0.02
 # How much the judgment plane's task affinity can move a fragment, relative to relevance.
 JUDGMENT_WEIGHT = 0.5
 
-# How the fields of a Ranking are used: the formulas of lexical_scored,
-# fuse_scores and the row check, and the constants above. Raise it with any
-# change to them, so a receipt's replay knows the parameters it recorded no
-# longer make the identical ranking (ranking_revision).
-RANKING_REVISION = 1
+# The code that turns a Ranking's fields into an order (the queries, BM25,
+# fusion, matching, the judgment plane's arrangement). A receipt's replay
+# reuses the parameters it recorded only while this code is what it was
+# (ranking_revision), so no change to it can pass for the identical ranking.
+ORDERING_CODE = (
+    "candidate_pool", "read_query_for", "query_lexemes", "_quoted", "_raw_lexemes", "tsquery_for",
+    "index_queries", "vector_candidates", "lexical_scored", "_lexical_rank", "lexical_candidates", "_checked_rows",
+    "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "_fuse", "_arrange",
+)
+
+
+@functools.cache
+def ordering_code_digest() -> str:
+    """A digest of ORDERING_CODE's source (of its compiled code where the
+    source is not deployed): any edit changes it, even one that changes no
+    order, which only costs a replay its recorded parameters."""
+    digest = hashlib.sha256()
+    for name in ORDERING_CODE:
+        function = globals()[name]
+        try:
+            digest.update(inspect.getsource(function).encode())
+        except (OSError, TypeError):
+            digest.update(marshal.dumps(function.__code__))
+    return digest.hexdigest()
 
 
 def ranking_revision() -> str:
-    """RANKING_REVISION with a digest of what else decides an order without
-    being a Ranking field: the constants above, the question-form words, the
-    text search configuration and the HNSW candidate list."""
-    decided_by = [CANDIDATES_PER_RESULT, CANDIDATES_MIN, LEXICAL_MATCH_CAP, MATCH_THRESHOLD, LEXICAL_MATCH_MIN,
-                  JUDGMENT_WEIGHT, QUESTION_FORM_WORDS.pattern, TEXT_SEARCH_CONFIG, hnsw_ef_search()]
-    digest = hashlib.sha256(json.dumps(decided_by).encode()).hexdigest()[:12]
-    return f"{RANKING_REVISION}-{digest}"
+    """What decides an order besides a Ranking's fields: the ordering code,
+    the constants above, the patterns it reads text with, the text search
+    configuration, the HNSW candidate list and the embedder."""
+    embedder = embedder_class()
+    decided_by = [
+        ordering_code_digest(), CANDIDATES_PER_RESULT, CANDIDATES_MIN, LEXICAL_MATCH_CAP, MATCH_THRESHOLD,
+        LEXICAL_MATCH_MIN, JUDGMENT_WEIGHT, TEXT_SEARCH_CONFIG, hnsw_ef_search(),
+        [(pattern.pattern, pattern.flags) for pattern in (QUESTION_FORM_WORDS, _SENTENCE, _QUESTION_MARK, _LETTER,
+                                                          _WORD, _LEXEME_QUOTE)],
+        getattr(embedder, "name", None) or f"{embedder.__module__}.{embedder.__qualname__}",
+    ]
+    return hashlib.sha256(json.dumps(decided_by).encode()).hexdigest()[:16]
 
 
 def ranking_record(ranking: Ranking) -> dict[str, Any]:
@@ -152,22 +180,30 @@ def ranking_record(ranking: Ranking) -> dict[str, Any]:
     return {"revision": ranking_revision(), "parameters": asdict(ranking)}
 
 
+def _fits(value: Any, hint: Any) -> bool:
+    """A recorded parameter as its Ranking field takes it: one of a Literal's
+    values, or a finite number of at least 0 (a whole one for an int)."""
+    if get_origin(hint) is Literal:
+        return value in get_args(hint)
+    if isinstance(value, bool) or not isinstance(value, (float, int) if hint is float else hint):
+        return False
+    return not isinstance(value, (float, int)) or (math.isfinite(value) and value >= 0)
+
+
 def ranking_of_record(record: dict[str, Any] | None) -> Ranking | None:
     """The ranking a receipt recorded, when this code makes it again
-    identically (the same revision, the same fields); otherwise None."""
+    identically (the same revision, the same fields, each of its type and
+    finite, no weight below 0); otherwise None."""
     if not isinstance(record, dict) or record.get("revision") != ranking_revision():
         return None
     parameters = record.get("parameters")
     if not isinstance(parameters, dict) or set(parameters) != {item.name for item in fields(Ranking)}:
         return None
     hints = get_type_hints(Ranking)
-    for name, value in parameters.items():
-        allowed = get_args(hints[name])
-        if get_origin(hints[name]) is Literal:
-            if value not in allowed:
-                return None
-        elif isinstance(value, bool) or not isinstance(value, (float, int) if hints[name] is float else hints[name]):
-            return None
+    if not all(_fits(value, hints[name]) for name, value in parameters.items()):
+        return None
+    if parameters["vector_weight"] + parameters["lexical_weight"] <= 0:
+        return None
     return Ranking(**parameters)
 
 
@@ -386,11 +422,12 @@ def fragments_search(
     # and the receipt keeps that instant so a replay cannot see later memory.
     instant = min(request.as_of, now) if request.as_of else now
     receipt_id = new_receipt_id()
+    ranking = RANKING
     try:
         with transaction.atomic():
             execution = search_execute(
                 caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
-                ranking=RANKING, budget=budget,
+                ranking=ranking, budget=budget,
             )
             with phase("receipt"):
                 receipt_chain.receipt_append(Receipt(
@@ -410,7 +447,7 @@ def fragments_search(
                                    for hit in execution.result.hits],
                     abstained=execution.result.abstained,
                     budget=budget.name if budget is not None else "",
-                    ranking=ranking_record(RANKING),
+                    ranking=ranking_record(ranking),
                 ))
     except OperationalError as exc:
         if is_cancelled(exc):
@@ -928,7 +965,7 @@ def _with_neighbours(candidates: dict[uuid.UUID, Candidate], own: dict[uuid.UUID
 _SENTENCE = re.compile(
     r"(?P<words>[^.!?\u2026\u3002\uff01\uff1f\u061f]+)(?P<end>[.!?\u2026\u3002\uff01\uff1f\u061f]*)")
 _QUESTION_MARK = re.compile(r"[?\uff1f\u061f]")
-_WORD = re.compile(r"\w")
+_LETTER = re.compile(r"\w")
 
 
 def asking_share(text: str) -> float:
@@ -936,7 +973,7 @@ def asking_share(text: str) -> float:
     hold a question mark: ?, ?!, the full-width and the Arabic ones): 1.0 for
     "What pet do you have?", 0.5 for "Nice! Where was it?", 0 for a
     statement. A piece with no word in it (an emoticon) is no sentence."""
-    sentences = [match for match in _SENTENCE.finditer(text) if _WORD.search(match["words"])]
+    sentences = [match for match in _SENTENCE.finditer(text) if _LETTER.search(match["words"])]
     if not sentences:
         return 0.0
     return sum(bool(_QUESTION_MARK.search(match["end"])) for match in sentences) / len(sentences)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import asdict, replace
 
 import pytest
@@ -150,12 +151,12 @@ def test_a_replay_ranks_with_the_parameters_the_read_was_ranked_with(bruno, monk
     assert replay.note is None
 
 
-def test_a_replay_after_the_formulas_changed_says_its_differences_may_be_the_ranking(bruno, monkeypatch):
+def test_a_replay_after_the_ranking_code_changed_says_its_differences_may_be_the_ranking(bruno, monkeypatch):
     long, short = two_orders(bruno)
     monkeypatch.setattr(search, "RANKING", READ_RANKING)
     read = fragments_search(caller=bruno, query="zanzibar", limit=1)
     monkeypatch.setattr(search, "RANKING", TODAYS_RANKING)
-    monkeypatch.setattr(search, "RANKING_REVISION", search.RANKING_REVISION + 1)
+    monkeypatch.setattr(search, "ordering_code_digest", lambda: "the scoring code, edited")
     replay = receipt_replay(caller=bruno, receipt_id=read.receipt_id)
     assert replay.replayed is True
     assert replay.served_now == [str(short.pk)] and replay.missing_now == [str(long.pk)]
@@ -186,14 +187,46 @@ def recorded(**parameters):  # type: ignore[no-untyped-def]
     lambda: recorded(retired_knob=1),  # a field this code does not have
     lambda: recorded(bm25_k1="high"),
     lambda: recorded(vector_weight=True),
+    lambda: recorded(rrf_k=True),
+    lambda: recorded(rrf_k=60.5),
     lambda: recorded(fusion="magic"),
+    # A row edited outside the product (the record is not in the chain) must not break a replay.
+    lambda: recorded(vector_weight=-0.3),
+    lambda: recorded(bm25_k1=float("inf")),
+    lambda: recorded(neighbour_weight=float("nan")),
+    lambda: recorded(vector_weight=0, lexical_weight=0),
 ])
 def test_a_recorded_ranking_this_code_cannot_make_again_is_none(record):
     assert search.ranking_of_record(record()) is None
 
 
-def test_the_ranking_revision_follows_the_constants_that_decide_an_order(monkeypatch):
-    revision = search.ranking_revision()
+def test_a_recorded_ranking_is_made_again_with_whole_numbers_for_weights():
     assert search.ranking_of_record(search.ranking_record(search.RANKING)) == search.RANKING
-    monkeypatch.setattr(search, "MATCH_THRESHOLD", search.MATCH_THRESHOLD + 0.01)
+    assert search.ranking_of_record(recorded(vector_weight=1, lexical_weight=0)) == replace(
+        search.RANKING, vector_weight=1.0, lexical_weight=0.0)
+
+
+def test_the_ranking_revision_follows_what_decides_an_order_besides_the_parameters(monkeypatch, settings):
+    revision = search.ranking_revision()
+    assert search.ranking_revision() == revision
+    changes = [
+        ("MATCH_THRESHOLD", search.MATCH_THRESHOLD + 0.01),
+        ("ordering_code_digest", lambda: "the scoring code, edited"),
+        ("QUESTION_FORM_WORDS", re.compile(search.QUESTION_FORM_WORDS.pattern)),  # its flags dropped
+    ]
+    for name, value in changes:
+        with monkeypatch.context() as patch:
+            patch.setattr(search, name, value)
+            assert search.ranking_revision() != revision, name
+    assert search.ranking_revision() == revision
+    ef_search = search.hnsw_ef_search()
+    settings.MEMORYHUB_HNSW_EF_SEARCH = ef_search + 1
     assert search.ranking_revision() != revision
+    settings.MEMORYHUB_HNSW_EF_SEARCH = ef_search
+    settings.MEMORYHUB_EMBEDDER = "memoryhub.embeddings.MiniLMOnnxInt8Embedder"
+    assert search.ranking_revision() != revision
+
+
+def test_the_ordering_code_digest_reads_every_function_it_names():
+    assert all(callable(getattr(search, name)) for name in search.ORDERING_CODE)
+    assert search.ordering_code_digest() == search.ordering_code_digest.__wrapped__()
