@@ -177,6 +177,7 @@ def test_a_neighbour_that_fails_the_row_check_helps_nobody(people, monkeypatch):
     ('He asked "Is it?"', 1.0),
     ("(did you see it?)", 1.0),
     ("What pet? :)", 1.0),
+    ("Where was it? :-) ;'-)", 1.0),  # a hyphen or an apostrophe is no word either
     ("你好。你有宠物吗？", 0.5),
     ("ما اسمك؟", 1.0),
     ("I love it… Do you?", 0.5),
