@@ -14,6 +14,7 @@ from memoryhub.access import Caller
 from memoryhub.errors import Conflict, NotFound
 from memoryhub.models import AccessRule, Collection, Role, Tenant
 from memoryhub.services.collections import collection_get
+from memoryhub.services.conflicts import unique_or_conflict
 from memoryhub.services.roles import role_get
 
 
@@ -36,12 +37,19 @@ def _named(caller: Caller, role: str, collection: str) -> tuple[Tenant, Role, Co
 def access_rule_grant(*, caller: Caller, role: str, collection: str, exist_ok: bool = False) -> AccessRule:
     """Holders of `role` may read `collection` (both by name), from their next read on."""
     tenant, role_obj, collection_obj = _named(caller, role, collection)
+    taken = Conflict(f"{role_obj.name} may already read {collection_obj.name}.")
     existing = AccessRule.objects.filter(tenant=tenant, role=role_obj, collection=collection_obj).first()
     if existing is not None:
         if exist_ok:
             return existing
-        raise Conflict(f"{role_obj.name} may already read {collection_obj.name}.")
-    return AccessRule.objects.create(tenant=tenant, role=role_obj, collection=collection_obj)
+        raise taken
+    try:
+        with unique_or_conflict(taken):
+            return AccessRule.objects.create(tenant=tenant, role=role_obj, collection=collection_obj)
+    except Conflict:
+        if exist_ok:
+            return AccessRule.objects.get(tenant=tenant, role=role_obj, collection=collection_obj)
+        raise
 
 
 def access_rule_get(*, caller: Caller, role: str, collection: str) -> AccessRule:
@@ -66,6 +74,9 @@ def access_rule_revoke(*, caller: Caller, rule_id: int | None = None, role: str 
         if found is None:
             raise NotFound("No such access rule in this workspace.")
         rule = found
+    # Locked: of two revokes at once, the second waits and then finds no rule.
+    if not AccessRule.objects.select_for_update().filter(pk=rule.pk).exists():
+        raise NotFound("No such access rule in this workspace.")
     rule.delete()
     return rule
 

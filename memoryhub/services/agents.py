@@ -19,6 +19,7 @@ from memoryhub.access import AGENT_SCOPES, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Agent, User
 from memoryhub.services.arguments import checked_text, storable
+from memoryhub.services.conflicts import unique_or_conflict
 from memoryhub.services.roles import roles_named
 
 AGENT_NAME_MAX_CHARS = 64
@@ -37,10 +38,11 @@ def agents_list(*, caller: Caller) -> QuerySet[Agent]:
     return Agent.objects.filter(tenant=tenant, kind=Agent.Kind.ASSISTANT).prefetch_related("roles").order_by("name")
 
 
-def agent_get(*, caller: Caller, name: str) -> Agent:
+def agent_get(*, caller: Caller, name: str, lock: bool = False) -> Agent:
     tenant = access.require_admin(caller)
     name = storable(name, field="name")
-    agent = Agent.objects.filter(tenant=tenant, name=name, kind=Agent.Kind.ASSISTANT).first()
+    agents = Agent.objects.select_for_update() if lock else Agent.objects
+    agent = agents.filter(tenant=tenant, name=name, kind=Agent.Kind.ASSISTANT).first()
     if agent is None:
         raise NotFound("No such agent in this workspace.", field="name")
     return agent
@@ -85,21 +87,28 @@ def name_taken(tenant, slug: str) -> bool:  # type: ignore[no-untyped-def]
     return Agent.objects.filter(tenant=tenant, name=slug).exists()
 
 
+def name_conflict(slug: str) -> Conflict:
+    """The refusal of an agent's or source's name already taken (agents and sources share names)."""
+    return Conflict(f"An agent or source named {slug!r} already exists in this workspace.", field="name")
+
+
 @transaction.atomic
 def agent_register(
     *, caller: Caller, name: str, scopes: Sequence[str], roles: Sequence[str] = (), display_name: str = "",
 ) -> AgentCredentials:
     tenant = access.require_admin(caller)
     slug = agent_name(name)
+    taken = name_conflict(slug)
     if name_taken(tenant, slug):
-        raise Conflict(f"An agent or source named {slug!r} already exists in this workspace.", field="name")
+        raise taken
     scope_text = _validated_scopes(list(scopes), AGENT_SCOPES)
     granted = roles_named(tenant, roles)
-    application, secret = client_credentials_application(f"agent:{tenant.slug}:{slug}", caller.user)
-    agent = Agent.objects.create(
-        tenant=tenant, name=slug, display_name=(display_name or name)[:DISPLAY_NAME_MAX_CHARS],
-        application=application, scopes=scope_text, created_by=caller.user,
-    )
+    with unique_or_conflict(taken):  # its OAuth client goes too if the name was taken a moment ago
+        application, secret = client_credentials_application(f"agent:{tenant.slug}:{slug}", caller.user)
+        agent = Agent.objects.create(
+            tenant=tenant, name=slug, display_name=(display_name or name)[:DISPLAY_NAME_MAX_CHARS],
+            application=application, scopes=scope_text, created_by=caller.user,
+        )
     agent.roles.set(granted)
     return AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)
 
@@ -108,7 +117,8 @@ def agent_register(
 def agent_rotate_secret(*, caller: Caller, name: str) -> AgentCredentials:
     """A new secret; the old one and every token minted with it stop working now
     (a rotation usually means the old secret may have leaked)."""
-    agent = agent_get(caller=caller, name=name)
+    # Locked: two rotations at once take turns (the later secret is the one that works).
+    agent = agent_get(caller=caller, name=name, lock=True)
     return credentials_rotate(agent)
 
 
@@ -128,7 +138,8 @@ def agent_revoke(*, caller: Caller, name: str, confirm: str | None = None) -> Ag
     """End an agent for good: its client is deleted, and with it every token it holds.
     The agent row stays, so what it wrote remains attributed. With `confirm` (the
     pages ask the admin to type the name), it must be the name."""
-    agent = agent_get(caller=caller, name=name)
+    # Locked: of two revokes at once, the second waits and then finds the client gone.
+    agent = agent_get(caller=caller, name=name, lock=True)
     confirmed(agent.name, confirm)
     return credentials_end(agent)
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from django.contrib.auth import password_validation
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Grant, RefreshToken
@@ -37,6 +37,7 @@ from memoryhub.access import ADMIN_SCOPE, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Membership, Tenant, User
 from memoryhub.services.arguments import storable
+from memoryhub.services.conflicts import unique_or_conflict
 from memoryhub.services.roles import role_create, role_get, roles_named
 
 _USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
@@ -97,12 +98,9 @@ def member_add(
     else:
         user.set_password(_validated_password(password, user))
     granted = roles_named(tenant, roles)
-    try:
-        with transaction.atomic():
-            user.save()
-    except IntegrityError:
-        # Someone added the same name a moment ago (the unique index decided).
-        raise Conflict(f"{username!r} is already a member of this workspace.", field="username") from None
+    # Someone may add the same name at the same moment: the unique index decides.
+    with unique_or_conflict(Conflict(f"{username!r} is already a member of this workspace.", field="username")):
+        user.save()
     membership = Membership.objects.create(tenant=tenant, user=user, is_admin=is_admin)
     membership.roles.set(granted)
     return user

@@ -13,6 +13,7 @@ from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Role, Tenant
 from memoryhub.services.arguments import checked_text
+from memoryhub.services.conflicts import unique_or_conflict
 
 ROLE_NAME_MAX_CHARS = 64
 DESCRIPTION_MAX_CHARS = 200
@@ -28,11 +29,13 @@ def roles_list(*, caller: Caller) -> QuerySet[Role]:
             .order_by("name"))
 
 
-def role_get(*, caller: Caller, role_id: int | None = None, name: str | None = None) -> Role:
+def role_get(*, caller: Caller, role_id: int | None = None, name: str | None = None, lock: bool = False) -> Role:
     """A role of the caller's workspace, by id or by its name exactly as stored
     (any case; "ENGINEERING!!" is not "engineering"); NotFound otherwise."""
     tenant = access.require_admin(caller)
     roles = Role.objects.filter(tenant=tenant)
+    if lock:
+        roles = roles.select_for_update()
     if role_id is not None:
         role = roles.filter(pk=role_id).first()
     else:
@@ -56,20 +59,28 @@ def role_name(name: str) -> str:
 def role_create(*, caller: Caller, name: str, description: str = "", exist_ok: bool = False) -> Role:
     tenant = access.require_admin(caller)
     slug = role_name(name)
+    taken = Conflict(f"A role named {slug!r} already exists.", field="name")
     existing = Role.objects.filter(tenant=tenant, name=slug).first()
     if existing is not None:
         if exist_ok:
             return existing
-        raise Conflict(f"A role named {slug!r} already exists.", field="name")
+        raise taken
     description = checked_text(description, field="description", max_chars=DESCRIPTION_MAX_CHARS)
-    return Role.objects.create(tenant=tenant, name=slug, description=description)
+    try:
+        with unique_or_conflict(taken):
+            return Role.objects.create(tenant=tenant, name=slug, description=description)
+    except Conflict:
+        if exist_ok:
+            return Role.objects.get(tenant=tenant, name=slug)
+        raise
 
 
 @transaction.atomic
 def role_delete(*, caller: Caller, role_id: int | None = None, name: str | None = None) -> Role:
     """Remove a role (by id, or by its exact name): its access rules go with it,
     and nobody holds it any more."""
-    role = role_get(caller=caller, role_id=role_id, name=name)
+    # Locked: of two deletes at once, the second waits and then finds no role.
+    role = role_get(caller=caller, role_id=role_id, name=name, lock=True)
     role.delete()
     return role
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from memoryhub import access
 from memoryhub.access import INGEST_SCOPE, Caller
-from memoryhub.errors import Conflict, NotFound, PermissionDenied
+from memoryhub.errors import NotFound, PermissionDenied
 from memoryhub.models import Agent, Fragment, Resource, Source
 from memoryhub.services.agents import (
     DISPLAY_NAME_MAX_CHARS,
@@ -28,10 +28,12 @@ from memoryhub.services.agents import (
     confirmed,
     credentials_end,
     credentials_rotate,
+    name_conflict,
     name_taken,
 )
 from memoryhub.services.arguments import checked_text, storable
 from memoryhub.services.collections import collection_get
+from memoryhub.services.conflicts import unique_or_conflict
 
 SOURCE_KIND_MAX_CHARS = 64
 
@@ -41,11 +43,16 @@ def sources_list(*, caller: Caller) -> QuerySet[Source]:
     return Source.objects.filter(tenant=tenant).select_related("agent", "default_collection").order_by("agent__name")
 
 
-def source_get(*, caller: Caller, name: str) -> Source:
-    """A live connected source of the caller's workspace, by name (a revoked one is refused)."""
+def source_get(*, caller: Caller, name: str, lock: bool = False) -> Source:
+    """A live connected source of the caller's workspace, by name (a revoked one is refused).
+    With `lock`, the source and its agent are locked first: of two changes at
+    once, the second waits and then sees the first's outcome."""
     tenant = access.require_admin(caller)
     name = storable(name, field="source")
-    source = Source.objects.select_related("agent", "tenant").filter(tenant=tenant, agent__name=name).first()
+    sources = Source.objects.select_related("agent", "tenant")
+    if lock:
+        sources = sources.select_for_update(of=("self", "agent"))
+    source = sources.filter(tenant=tenant, agent__name=name).first()
     if source is None:
         raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")
     if source.agent.revoked_at is not None:
@@ -71,14 +78,16 @@ def source_register(
     tenant = access.require_admin(caller)
     slug = agent_name(name)
     kind = checked_text(kind, field="kind", max_chars=SOURCE_KIND_MAX_CHARS).strip() or "documents"
+    taken = name_conflict(slug)
     if name_taken(tenant, slug):
-        raise Conflict(f"An agent or source named {slug!r} already exists in this workspace.", field="name")
+        raise taken
     default_collection = collection_get(caller=caller, name=collection) if collection else None
-    application, secret = client_credentials_application(f"source:{tenant.slug}:{slug}", caller.user)
-    agent = Agent.objects.create(
-        tenant=tenant, name=slug, display_name=name[:DISPLAY_NAME_MAX_CHARS], kind=Agent.Kind.SOURCE,
-        application=application, scopes=INGEST_SCOPE, created_by=caller.user,
-    )
+    with unique_or_conflict(taken):  # its OAuth client goes too if the name was taken a moment ago
+        application, secret = client_credentials_application(f"source:{tenant.slug}:{slug}", caller.user)
+        agent = Agent.objects.create(
+            tenant=tenant, name=slug, display_name=name[:DISPLAY_NAME_MAX_CHARS], kind=Agent.Kind.SOURCE,
+            application=application, scopes=INGEST_SCOPE, created_by=caller.user,
+        )
     source = Source.objects.create(tenant=tenant, agent=agent, kind=kind,
                                    default_collection=default_collection)
     return source, AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)
@@ -87,7 +96,7 @@ def source_register(
 @transaction.atomic
 def source_rotate_secret(*, caller: Caller, name: str) -> AgentCredentials:
     """A new secret for a connected source (shown once); the old one and its tokens stop working now."""
-    return credentials_rotate(source_get(caller=caller, name=name).agent)
+    return credentials_rotate(source_get(caller=caller, name=name, lock=True).agent)
 
 
 @transaction.atomic
@@ -95,7 +104,7 @@ def source_revoke(*, caller: Caller, name: str, confirm: str | None = None) -> S
     """End a connected source for good: its client and tokens are deleted; what it
     contributed stays, attributed to it, and stays governed by the access rules.
     With `confirm` (the pages ask the admin to type the name), it must be the name."""
-    source = source_get(caller=caller, name=name)
+    source = source_get(caller=caller, name=name, lock=True)
     confirmed(source.agent.name, confirm)
     credentials_end(source.agent)
     return source

@@ -1,0 +1,30 @@
+"""Check, then create, under concurrency.
+
+A service checks that a name is free and refuses a taken one with a Conflict;
+two requests that check at the same moment both find it free, and the
+database's unique index then decides. `unique_or_conflict` turns the loser's
+unique violation into the Conflict the check would have given a moment later,
+in a savepoint, so nothing the losing request made before stays behind (an
+agent's OAuth client, for one) and the caller's transaction stays usable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import IntegrityError, transaction
+from psycopg import errors
+
+from memoryhub.errors import Conflict
+
+
+@contextmanager
+def unique_or_conflict(conflict: Conflict) -> Iterator[None]:
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError as exc:
+        if isinstance(exc.__cause__, errors.UniqueViolation):
+            raise conflict from None
+        raise
