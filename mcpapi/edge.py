@@ -195,4 +195,4 @@ def _json_plain(value: Any) -> Any:
 def _retry_after(response: httpx2.Response) -> int:
     """The seconds a 429 asks for (RFC 9110 delay-seconds); 1 when absent or a date."""
     value = response.headers.get("retry-after", "")
-    return int(value) if value.isdigit() else 1
+    return int(value) if value.isascii() and value.isdigit() else 1

@@ -14,6 +14,8 @@ from typing import Any, Final, TypeGuard
 
 import mcp_types as types
 
+from mcpapi.validation import text_problems
+
 JSONRPC_VERSION: Final = "2.0"
 SERVED_REVISION: Final = "2026-07-28"
 HANDSHAKE_REVISIONS: Final = ("2025-06-18", "2025-11-25")
@@ -88,7 +90,7 @@ def envelope_problem(message: Mapping[str, Any]) -> str | None:
             return "method must be a string"
         if "id" in message and not _is_request_id(message["id"]):
             # MCP: a request id is a string or an integer, never null.
-            return "id must be a string or an integer"
+            return "id must be a string (of text: no NUL, no lone surrogate) or an integer"
         if "params" in message and not isinstance(message["params"], dict):
             return "params must be an object"
         return None
@@ -120,7 +122,9 @@ def _is_integer(value: object) -> bool:
 
 
 def _is_request_id(value: object) -> TypeGuard[RequestId]:
-    return isinstance(value, str) or _is_integer(value)
+    # A string id is echoed in the answer: one holding a lone surrogate (no
+    # UTF-8 form) or a NUL would make the answer itself unreadable to a strict client.
+    return (isinstance(value, str) and not text_problems(value)) or _is_integer(value)
 
 
 def revision_refusal(header: str | None, message: Message) -> Refusal | None:

@@ -82,7 +82,7 @@ def _basic_credentials(header: str) -> Iterator[tuple[str, str]]:
         return
     try:
         decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except (binascii.Error, ValueError):  # not base64, not ASCII, not UTF-8 (UnicodeDecodeError is a ValueError)
         return  # not credentials at all: the authorisation server refuses them as such
     client_id, _, secret = decoded.partition(":")
     # RFC 6749 §2.3.1: both parts are form-urlencoded before Basic encoding.
@@ -102,7 +102,7 @@ def _body_problems(request: HttpRequest) -> Iterator[tuple[str, str]]:
                 yield from _checked(f"form field {_shown(key)}", value)
     elif content_type == "application/json" or content_type.endswith("+json"):
         declared = request.META.get("CONTENT_LENGTH") or "0"
-        if not declared.isdigit() or int(declared) > JSON_INSPECT_MAX_BYTES:
+        if not (declared.isascii() and declared.isdigit()) or int(declared) > JSON_INSPECT_MAX_BYTES:
             return
         try:
             document = json.loads(request.body)

@@ -45,7 +45,7 @@ class BoundedJSONParser(JSONParser):
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         too_large = RequestTooLarge(f"The request body is larger than {self.max_bytes} bytes.")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
+        if declared and declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
             raise too_large
         body = stream.read(self.max_bytes + 1) if stream is not None else b""
         if len(body) > self.max_bytes:

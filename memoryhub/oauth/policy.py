@@ -29,6 +29,7 @@ import base64
 import hashlib
 import hmac
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -164,7 +165,12 @@ def check_authorization_request(request) -> dict:
 
 
 def redirect_uri_allowed(uri: str) -> bool:
-    """https anywhere, or plain http to this machine's loopback (RFC 8252 §7.3)."""
+    """https anywhere, or plain http to this machine's loopback (RFC 8252 §7.3).
+    Never with whitespace or a control character in it: urlsplit drops some of
+    them silently, and DOT keeps a client's URIs separated by whitespace, so one
+    URI with a space in it would be stored as two, the second never checked."""
+    if not uri or any(char.isspace() or unicodedata.category(char) == "Cc" for char in uri):
+        return False
     try:
         parts = urlsplit(uri)
     except ValueError:
@@ -237,6 +243,9 @@ def access_token_lifetime(request) -> int:
     return PERSON_TOKEN_SECONDS
 
 
+UNOFFERED_GRANT_TYPES = ("password", "urn:ietf:params:oauth:grant-type:device_code")
+
+
 class Server(oauthlib.oauth2.Server):
     """oauthlib's server with our lifetimes and authorization-request rules."""
 
@@ -249,13 +258,30 @@ class Server(oauthlib.oauth2.Server):
         # OAuth error; DOT would otherwise decide it only while saving the token.
         for grant in (self.auth_grant, self.credentials_grant, self.refresh_grant):
             grant.custom_validators.post_token.append(request_validator.validate_token_resource)
+        # The grants this server does not offer are not in its token endpoint, so
+        # oauthlib answers them unsupported_grant_type (the device grant would
+        # otherwise reach DOT's device lookup, and a 500 without device_code).
+        for grant_type in UNOFFERED_GRANT_TYPES:
+            self._grant_types.pop(grant_type, None)
 
 
 # ---------------------------------------------------------------- validator
 
 
 class OAuth2Validator(ToolkitValidator):
+    def _authenticate_basic_auth(self, request):
+        # DOT catches binascii.Error around base64.b64decode, but a header that
+        # is not ASCII at all raises ValueError there: such credentials are
+        # simply not valid ones (the request body may still authenticate).
+        try:
+            return super()._authenticate_basic_auth(request)
+        except ValueError:
+            return False
+
     def validate_scopes(self, client_id, scopes, client, request, *args, **kwargs):
+        # Each scope once: "memory.read" asked 5,000 times is one scope, stored once.
+        scopes = list(dict.fromkeys(scopes))
+        request.scopes = scopes
         allowed = access.grantable_scopes(client)
         if request.grant_type != "client_credentials" or access.agent_of(client) is None:
             return set(scopes) <= allowed
@@ -341,7 +367,8 @@ def client_metadata_problem(metadata: dict) -> str | None:
     if bad:
         return "redirect URIs must be https, or http on a loopback address (127.0.0.1, [::1], localhost)"
     grant_types = metadata.get("grant_types", ["authorization_code"])
-    if not isinstance(grant_types, list) or not set(grant_types) <= {"authorization_code", "refresh_token"}:
+    if not isinstance(grant_types, list) or not all(isinstance(grant, str) for grant in grant_types) \
+            or not set(grant_types) <= {"authorization_code", "refresh_token"}:
         return "grant_types may only be authorization_code and refresh_token"
     response_types = metadata.get("response_types", ["code"])
     if response_types != ["code"]:

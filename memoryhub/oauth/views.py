@@ -34,6 +34,7 @@ from memoryhub.oauth.policy import (
     MCP_PATH,
     MCP_READONLY_PATH,
     PERSON_TOKEN_SECONDS,
+    UNOFFERED_GRANT_TYPES,
     client_metadata_problem,
     client_registered,
     issuer,
@@ -147,6 +148,11 @@ class TokenView(toolkit_views.TokenView):
 
     def post(self, request, *args, **kwargs):
         with transaction.atomic():
+            if request.POST.get("grant_type") in UNOFFERED_GRANT_TYPES:
+                # DOT answers the device grant itself before oauthlib sees it (a
+                # 500 without device_code); this server offers no device flow,
+                # so oauthlib's server refuses it as a grant it does not support.
+                return self.authorization_flow_token_response(request)
             return super().post(request, *args, **kwargs)
 
 

@@ -218,7 +218,8 @@ def collection_change(request: SignedInRequest, collection_id: int, action: str)
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
     value = request.GET.get(name, "")
-    return int(value) if value.isdigit() and len(value) < 19 else None
+    # isascii: str.isdigit() also says yes to "²", which int() refuses.
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
 
 
 def _render_access(request: SignedInRequest, caller: Caller, *, form: AccessRuleForm | None = None,

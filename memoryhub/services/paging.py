@@ -40,10 +40,12 @@ def cursor_decode(cursor: str) -> tuple[dt.datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         instant_text, pk = raw.split("|", 1)
-        instant = dt.datetime.fromisoformat(instant_text)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        parsed = dt.datetime.fromisoformat(instant_text)
+        # In UTC: Python takes offsets PostgreSQL refuses (+23:59, seconds and fractions of them).
+        instant = parsed.astimezone(dt.UTC) if parsed.tzinfo is not None else None
+    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
         raise InvalidArgument(_INVALID, field="cursor") from None
-    if instant.tzinfo is None or not pk or "\x00" in pk:
+    if instant is None or not pk or "\x00" in pk:
         raise InvalidArgument(_INVALID, field="cursor")
     return instant, pk
 

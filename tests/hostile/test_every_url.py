@@ -133,17 +133,27 @@ def odd_requests(route: Route) -> Iterator[tuple[str, str, dict]]:
         if kind in ("str", "path", "slug"):
             yield "get", route.url(**{name: long}), {}
     url = route.url()
-    for value in (long, "-1", "99999999999999999999999999", "%ff%fe", "0001-01-01T00:00:00%2B01:00"):
+    # A page cursor whose instant PostgreSQL cannot take (an offset of nearly a day, one with seconds and a
+    # fraction); digits int() does not read though str.isdigit() says they are digits.
+    cursors = [base64.urlsafe_b64encode(text.encode()).decode().rstrip("=") for text in (
+        "2026-01-01T00:00:00+23:59|x", "2026-01-01T00:00:00+05:30:15.5|00000000-0000-0000-0000-000000000000")]
+    for value in (long, "-1", "99999999999999999999999999", "%ff%fe", "0001-01-01T00:00:00%2B01:00", *cursors,
+                  "%C2%B2", "%D9%A3"):
         query = "&".join(f"{name}={value}" for name in PARAMETERS)
         yield "get", f"{url}?{query}", {}
         yield "post", url, {"data": {name: value for name in PARAMETERS}}
-    for value in (long, -1, None, {"a": 1}, "0001-01-01T00:00:00+01:00"):
+    for value in (long, -1, None, {"a": 1}, "0001-01-01T00:00:00+01:00", [[]], [{}], [1, True]):
         yield "post", url, {"data": json.dumps({name: value for name in PARAMETERS + JSON_FIELDS}),
                             "content_type": "application/json"}
     yield "post", url, {"data": "[1, 2", "content_type": "application/json"}
     yield "post", url, {"data": "[" * 5000 + "]" * 5000, "content_type": "application/json"}
     yield "post", url, {"data": '{"a": ' * 3000 + "1" + "}" * 3000, "content_type": "application/json"}
     yield "post", url, {"data": b"\xff\xfe\x00", "content_type": "application/json"}
+    # Basic credentials that are not base64 of ASCII at all (a header's bytes arrive decoded as Latin-1).
+    yield "get", url, {"HTTP_AUTHORIZATION": "Basic \u00c3\u00a9"}
+    yield "post", url, {"HTTP_AUTHORIZATION": "Basic \u00c3\u00a9", "data": {"grant_type": "client_credentials"}}
+    # A grant this server does not offer, without the parameters it would need.
+    yield "post", url, {"data": {"grant_type": "urn:ietf:params:oauth:grant-type:device_code"}}
 
 
 def send(client: Client, method: str, url: str, kwargs: dict):

@@ -551,6 +551,9 @@ MALFORMED_ENVELOPES = {
     "id a float": {"jsonrpc": "2.0", "id": 1.5, "method": "tools/call"},
     "id null": {"jsonrpc": "2.0", "id": None, "method": "tools/call"},
     "id an object": {"jsonrpc": "2.0", "id": {}, "method": "tools/call"},
+    # A string id is echoed back: one that is no text would make the answer unreadable.
+    "id with a lone surrogate": {"jsonrpc": "2.0", "id": "a\ud800", "method": "tools/call"},
+    "id with a NUL": {"jsonrpc": "2.0", "id": "a\x00", "method": "tools/call"},
 }
 
 
@@ -575,6 +578,7 @@ def test_a_malformed_envelope_is_an_invalid_request_without_internals(
             shown = f"{response.status_code} {response.text[:300]!r}"
             assert response.status_code == 400, shown
             assert response.json()["error"]["code"] == -32600, shown
+            assert response.json()["id"] in (None, 1), shown  # never an id that is no text
             assert not re.search(r"pydantic|validation errors? for|input_value|input_type", response.text), shown
             assert fuzz_target.ledger.writes_by(subject) == 0, shown
 

@@ -66,6 +66,15 @@ def test_other_redirects_are_refused(people, uri):
     assert (status, body["error"]) == (400, "invalid_redirect_uri")
 
 
+@pytest.mark.parametrize("separator", ["\n", "\r", "\t", " ", "\x7f", "\x0b", "\u2028", "\u00a0"])
+def test_a_redirect_uri_with_whitespace_or_a_control_character_is_refused(people, separator):
+    # Stored URIs are separated by whitespace: one with whitespace inside would be stored as two, and the
+    # second ("http://evil.example/cb") would never have been checked.
+    status, body = register({"redirect_uris": [f"https://a.example/a{separator}http://evil.example/cb"]})
+    assert (status, body["error"]) == (400, "invalid_redirect_uri")
+    assert not Application.objects.filter(redirect_uris__contains="evil").exists()
+
+
 def test_a_client_without_redirect_uris_is_refused(people):
     assert register({"client_name": "x"})[1]["error"] == "invalid_redirect_uri"
 
@@ -78,7 +87,8 @@ def test_a_client_may_ask_for_no_more_than_the_memory_scopes(people):
 
 
 @pytest.mark.parametrize("grant_types", [["client_credentials"], ["password"], ["implicit"],
-                                         ["urn:ietf:params:oauth:grant-type:device_code"]])
+                                         ["urn:ietf:params:oauth:grant-type:device_code"],
+                                         [[]], [{}], [1], [None], "authorization_code"])
 def test_only_authorization_code_clients_register(people, grant_types):
     status, body = register({"redirect_uris": [LOOPBACK], "grant_types": grant_types})
     assert (status, body["error"]) == (400, "invalid_client_metadata")

@@ -73,6 +73,24 @@ def test_it_refuses_a_forged_cursor(people):
     assert b"page link is not valid" in response.content
 
 
+def test_a_cursor_with_an_offset_postgresql_refuses_is_read_in_utc(people):
+    import base64
+
+    def cursor(text: str) -> str:
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    pk = "00000000-0000-0000-0000-000000000000"
+    instant, _ = paging.cursor_decode(cursor(f"2026-01-01T00:00:00+23:59|{pk}"))
+    assert instant == dt.datetime(2025, 12, 31, 0, 1, tzinfo=dt.UTC) and instant.utcoffset() == dt.timedelta(0)
+    client = signed_in(people.bruno)
+    for text in (f"2026-01-01T00:00:00+23:59|{pk}", f"2026-01-01T00:00:00+05:30:15.5|{pk}"):
+        assert client.get(f"/memory/?cursor={cursor(text)}").status_code == 200
+    # Beyond what a datetime holds once in UTC, or with no offset at all: not a cursor this site made.
+    for text in (f"0001-01-01T00:00:00+01:00|{pk}", f"2026-01-01T00:00:00|{pk}"):
+        response = client.get(f"/memory/?cursor={cursor(text)}", follow=True)
+        assert b"page link is not valid" in response.content
+
+
 def test_it_hides_retired_facts_unless_asked(people):
     old = _own(people.bruno, "Standup is at 9:30.", minutes_ago=5)
     Fragment.objects.filter(pk=old.pk).update(retired_at=timezone.now(), retired_reason="forgotten")
