@@ -14,7 +14,7 @@ from memoryhub.access import Caller
 from memoryhub.errors import Conflict, NotFound
 from memoryhub.models import AccessRule, Collection, Role, Tenant
 from memoryhub.services.collections import collection_get
-from memoryhub.services.conflicts import unique_or_conflict
+from memoryhub.services.conflicts import created_once
 from memoryhub.services.roles import role_get
 
 
@@ -37,19 +37,10 @@ def _named(caller: Caller, role: str, collection: str) -> tuple[Tenant, Role, Co
 def access_rule_grant(*, caller: Caller, role: str, collection: str, exist_ok: bool = False) -> AccessRule:
     """Holders of `role` may read `collection` (both by name), from their next read on."""
     tenant, role_obj, collection_obj = _named(caller, role, collection)
-    taken = Conflict(f"{role_obj.name} may already read {collection_obj.name}.")
-    existing = AccessRule.objects.filter(tenant=tenant, role=role_obj, collection=collection_obj).first()
-    if existing is not None:
-        if exist_ok:
-            return existing
-        raise taken
-    try:
-        with unique_or_conflict(taken):
-            return AccessRule.objects.create(tenant=tenant, role=role_obj, collection=collection_obj)
-    except Conflict:
-        if exist_ok:
-            return AccessRule.objects.get(tenant=tenant, role=role_obj, collection=collection_obj)
-        raise
+    return created_once(
+        lambda: AccessRule.objects.create(tenant=tenant, role=role_obj, collection=collection_obj),
+        existing=lambda: AccessRule.objects.filter(tenant=tenant, role=role_obj, collection=collection_obj).first(),
+        taken=Conflict(f"{role_obj.name} may already read {collection_obj.name}."), exist_ok=exist_ok)
 
 
 def access_rule_get(*, caller: Caller, role: str, collection: str) -> AccessRule:

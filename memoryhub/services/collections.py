@@ -28,7 +28,7 @@ from memoryhub.models import (
     Source,
 )
 from memoryhub.services.arguments import checked_text, storable
-from memoryhub.services.conflicts import unique_or_conflict
+from memoryhub.services.conflicts import created_once
 from memoryhub.services.members import member_get
 
 COLLECTION_NAME_MAX_CHARS = 64
@@ -59,20 +59,11 @@ def collection_get(*, caller: Caller, collection_id: int | None = None, name: st
 def collection_create(*, caller: Caller, name: str, description: str = "", exist_ok: bool = False) -> Collection:
     tenant = access.require_admin(caller)
     slug = _slug(name)
-    taken = Conflict(f"A collection named {slug!r} already exists.", field="name")
-    existing = Collection.objects.filter(tenant=tenant, name=slug).first()
-    if existing is not None:
-        if exist_ok:
-            return existing
-        raise taken
-    description = checked_text(description, field="description", max_chars=DESCRIPTION_MAX_CHARS)
-    try:
-        with unique_or_conflict(taken):
-            return Collection.objects.create(tenant=tenant, name=slug, description=description)
-    except Conflict:
-        if exist_ok:
-            return Collection.objects.get(tenant=tenant, name=slug)
-        raise
+    return created_once(
+        lambda: Collection.objects.create(tenant=tenant, name=slug, description=checked_text(
+            description, field="description", max_chars=DESCRIPTION_MAX_CHARS)),
+        existing=lambda: Collection.objects.filter(tenant=tenant, name=slug).first(),
+        taken=Conflict(f"A collection named {slug!r} already exists.", field="name"), exist_ok=exist_ok)
 
 
 def _slug(name: str) -> str:

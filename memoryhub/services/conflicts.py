@@ -10,13 +10,16 @@ agent's OAuth client, for one) and the caller's transaction stays usable.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from django.db import IntegrityError, transaction
 from psycopg import errors
 
 from memoryhub.errors import Conflict
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -28,3 +31,23 @@ def unique_or_conflict(conflict: Conflict) -> Iterator[None]:
         if isinstance(exc.__cause__, errors.UniqueViolation):
             raise conflict from None
         raise
+
+
+def created_once(create: Callable[[], T], *, existing: Callable[[], T | None], taken: Conflict,
+                 exist_ok: bool = False) -> T:
+    """What `create` makes when `existing` finds nothing; otherwise `taken`, or
+    with `exist_ok` the row already there, also when a concurrent request made
+    it between the check and the create."""
+    found = existing()
+    if found is not None:
+        if exist_ok:
+            return found
+        raise taken
+    try:
+        with unique_or_conflict(taken):
+            return create()
+    except Conflict:
+        found = existing() if exist_ok else None
+        if found is None:
+            raise
+        return found

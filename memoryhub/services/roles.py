@@ -13,7 +13,7 @@ from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Role, Tenant
 from memoryhub.services.arguments import checked_text
-from memoryhub.services.conflicts import unique_or_conflict
+from memoryhub.services.conflicts import created_once
 
 ROLE_NAME_MAX_CHARS = 64
 DESCRIPTION_MAX_CHARS = 200
@@ -59,20 +59,11 @@ def role_name(name: str) -> str:
 def role_create(*, caller: Caller, name: str, description: str = "", exist_ok: bool = False) -> Role:
     tenant = access.require_admin(caller)
     slug = role_name(name)
-    taken = Conflict(f"A role named {slug!r} already exists.", field="name")
-    existing = Role.objects.filter(tenant=tenant, name=slug).first()
-    if existing is not None:
-        if exist_ok:
-            return existing
-        raise taken
-    description = checked_text(description, field="description", max_chars=DESCRIPTION_MAX_CHARS)
-    try:
-        with unique_or_conflict(taken):
-            return Role.objects.create(tenant=tenant, name=slug, description=description)
-    except Conflict:
-        if exist_ok:
-            return Role.objects.get(tenant=tenant, name=slug)
-        raise
+    return created_once(
+        lambda: Role.objects.create(tenant=tenant, name=slug, description=checked_text(
+            description, field="description", max_chars=DESCRIPTION_MAX_CHARS)),
+        existing=lambda: Role.objects.filter(tenant=tenant, name=slug).first(),
+        taken=Conflict(f"A role named {slug!r} already exists.", field="name"), exist_ok=exist_ok)
 
 
 @transaction.atomic
