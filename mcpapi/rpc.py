@@ -104,13 +104,13 @@ def _response_problem(message: Mapping[str, Any]) -> str | None:
         return "a response carries result or error, not both"
     if "result" in message:
         if not _is_request_id(message.get("id")):
-            return "id must be a string or an integer"
+            return "id must be a string (of text: no NUL, no lone surrogate) or an integer"
         if not isinstance(message["result"], dict):
             return "result must be an object"
         return None
     # An error answering an unreadable request may carry a null id.
     if message.get("id") is not None and not _is_request_id(message.get("id")):
-        return "id must be a string, an integer or null"
+        return "id must be a string (of text: no NUL, no lone surrogate), an integer or null"
     error = message["error"]
     if not isinstance(error, dict) or not _is_integer(error.get("code")) or not isinstance(error.get("message"), str):
         return "error must be an object with an integer code and a string message"

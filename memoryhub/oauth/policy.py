@@ -246,6 +246,10 @@ def access_token_lifetime(request) -> int:
 UNOFFERED_GRANT_TYPES = ("password", "urn:ietf:params:oauth:grant-type:device_code")
 
 
+def _each_scope_once(request) -> None:  # type: ignore[no-untyped-def]
+    request.scopes = list(dict.fromkeys(request.scopes or []))
+
+
 class Server(oauthlib.oauth2.Server):
     """oauthlib's server with our lifetimes and authorization-request rules."""
 
@@ -263,6 +267,9 @@ class Server(oauthlib.oauth2.Server):
         # otherwise reach DOT's device lookup, and a 500 without device_code).
         for grant_type in UNOFFERED_GRANT_TYPES:
             self._grant_types.pop(grant_type, None)
+        # A refresh takes its scopes from the request without validate_scopes:
+        # each scope once there too.
+        self.refresh_grant.custom_validators.post_token.append(_each_scope_once)
 
 
 # ---------------------------------------------------------------- validator

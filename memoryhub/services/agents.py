@@ -41,7 +41,9 @@ def agents_list(*, caller: Caller) -> QuerySet[Agent]:
 def agent_get(*, caller: Caller, name: str, lock: bool = False) -> Agent:
     tenant = access.require_admin(caller)
     name = storable(name, field="name")
-    agents = Agent.objects.select_for_update() if lock else Agent.objects
+    # FOR NO KEY UPDATE: a rotation or a revocation changes no key, so writes
+    # that only refer to the agent (an ingest's fragments) are not held up.
+    agents = Agent.objects.select_for_update(no_key=True) if lock else Agent.objects
     agent = agents.filter(tenant=tenant, name=name, kind=Agent.Kind.ASSISTANT).first()
     if agent is None:
         raise NotFound("No such agent in this workspace.", field="name")

@@ -112,7 +112,7 @@ def member_ensure(*, caller: Caller, username: str, password: str | None, email:
     """What `manage.py add_person` does, idempotent: the person is in the
     workspace with at least these roles (created when missing), an admin if
     asked (never demoted), and `password` when one is given."""
-    for name in roles:
+    for name in sorted(set(roles)):  # one order for everyone: two runs at once never wait on each other
         role_create(caller=caller, name=name, exist_ok=True)
     try:
         membership = member_get(caller=caller, username=username)

@@ -45,13 +45,14 @@ def sources_list(*, caller: Caller) -> QuerySet[Source]:
 
 def source_get(*, caller: Caller, name: str, lock: bool = False) -> Source:
     """A live connected source of the caller's workspace, by name (a revoked one is refused).
-    With `lock`, the source and its agent are locked first: of two changes at
-    once, the second waits and then sees the first's outcome."""
+    With `lock`, its agent is locked first (FOR NO KEY UPDATE: a rotation or a
+    revocation changes no key, so an ingest in flight is not held up): of two
+    changes at once, the second waits and then sees the first's outcome."""
     tenant = access.require_admin(caller)
     name = storable(name, field="source")
     sources = Source.objects.select_related("agent", "tenant")
     if lock:
-        sources = sources.select_for_update(of=("self", "agent"))
+        sources = sources.select_for_update(no_key=True, of=("agent",))
     source = sources.filter(tenant=tenant, agent__name=name).first()
     if source is None:
         raise NotFound(f"No connected source named {name!r} in this workspace.", field="source")

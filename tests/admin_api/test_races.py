@@ -6,12 +6,15 @@ Before: 12 parallel creates of one name gave 201 once and 500 for most of the
 rest (the unique index decided after both checks had passed); parallel
 revokes of one agent gave 500s; parallel deletes of one role told several
 callers they had deleted it. The creates here are held at a barrier just
-before they write, after each has checked that the name is free, so the race
-is run every time, not by chance.
+before they write, after each has checked that the name is free, and the
+deletes just before they delete, after each has read the row, so those races
+are run every time, not by chance (the revoke's depends on when the losing
+request reads the client it ends).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +26,7 @@ from oauth2_provider.models import Application
 
 from memoryhub.errors import Conflict, MemoryhubError, NotFound
 from memoryhub.models import AccessRule, Agent, Collection, Role
+from memoryhub.services import agents
 from memoryhub.services.access_rules import access_rule_grant, access_rule_revoke
 from memoryhub.services.agents import agent_register, agent_revoke
 from memoryhub.services.collections import collection_create
@@ -61,6 +65,21 @@ def held_before_writing(monkeypatch, manager) -> None:  # type: ignore[no-untype
         return create(**fields)
 
     monkeypatch.setattr(manager, "create", waiting_create)
+
+
+def meeting_before(monkeypatch, owner: Any, name: str) -> None:  # type: ignore[no-untyped-def]
+    """`owner.name` waits (at most 2 s) until all PARALLEL callers have reached
+    it: without a lock, every caller has read the row before any changes it;
+    with one, the others wait for the lock instead and the first goes on alone."""
+    original = getattr(owner, name)
+    barrier = threading.Barrier(PARALLEL)
+
+    def waiting(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=2)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, waiting)
 
 
 def one_made_the_rest_refused(results: list[Any], conflict_words: str) -> Any:
@@ -116,24 +135,27 @@ def test_an_agent_or_source_registered_twice_at_once_is_made_once_with_one_clien
     assert Application.objects.count() == clients_before + 1
 
 
-def test_a_role_deleted_twice_at_once_is_deleted_once(ada):
+def test_a_role_deleted_twice_at_once_is_deleted_once(ada, monkeypatch):
     role = role_create(caller=ada, name="support")
+    meeting_before(monkeypatch, Role, "delete")
     results = at_once(lambda: role_delete(caller=ada, role_id=role.pk))
     assert sum(not isinstance(result, Exception) for result in results) == 1, results
     assert all(isinstance(result, NotFound) for result in results if isinstance(result, Exception)), results
 
 
-def test_an_access_rule_revoked_twice_at_once_is_revoked_once(ada):
+def test_an_access_rule_revoked_twice_at_once_is_revoked_once(ada, monkeypatch):
     role_create(caller=ada, name="support")
     collection_create(caller=ada, name="design")
     rule = access_rule_grant(caller=ada, role="support", collection="design")
+    meeting_before(monkeypatch, AccessRule, "delete")
     results = at_once(lambda: access_rule_revoke(caller=ada, rule_id=rule.pk))
     assert sum(not isinstance(result, Exception) for result in results) == 1, results
     assert all(isinstance(result, NotFound) for result in results if isinstance(result, Exception)), results
 
 
-def test_an_agent_revoked_twice_at_once_ends_once_and_every_answer_says_revoked(ada):
+def test_an_agent_revoked_twice_at_once_ends_once_and_every_answer_says_revoked(ada, monkeypatch):
     credentials = agent_register(caller=ada, name="digest-bot", scopes=["memory.read"])
+    meeting_before(monkeypatch, agents, "credentials_end")
     results = at_once(lambda: agent_revoke(caller=ada, name="digest-bot"))
     # Revoking a revoked agent is no error (one after the other, too): every caller is told it is revoked.
     assert all(not isinstance(result, Exception) and result.revoked_at is not None for result in results), results

@@ -92,6 +92,14 @@ def test_refresh_rotates_and_keeps_the_audience(people, mcp_client):
     assert stored_token(second["access_token"]).resource == [f"{TEST_ORIGIN}/mcp/readonly"]
 
 
+def test_a_refresh_asking_a_scope_many_times_gets_it_once(people, mcp_client):
+    code, verifier = authorization_code(people.bruno, mcp_client)
+    first = exchange_code(mcp_client, code, verifier)
+    second = refresh(mcp_client, first["refresh_token"], scope=" ".join(["memory.read"] * 500))
+    assert (second["status"], second["scope"]) == (200, "memory.read"), second
+    assert stored_token(second["access_token"]).scope == "memory.read"
+
+
 def test_reusing_an_old_refresh_token_revokes_the_whole_family(people, mcp_client):
     code, verifier = authorization_code(people.bruno, mcp_client)
     first = exchange_code(mcp_client, code, verifier)
