@@ -19,6 +19,7 @@ urlpatterns = [
 ]
 
 # The pages of an error (DEBUG off), in the site's frame with a reason and a way back.
+handler400 = "memoryhub.pages.errors.bad_request"
 handler403 = "memoryhub.pages.errors.forbidden"
 handler404 = "memoryhub.pages.errors.not_found"
 handler500 = "memoryhub.pages.errors.server_error"

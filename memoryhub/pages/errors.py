@@ -48,6 +48,8 @@ class DomainErrorMiddleware:
                                       status=exception.status)
 
 
+UNREADABLE = ("The request could not be read: its body is too large, has too many fields, or is not in an "
+              "encoding or form this server reads. Nothing was changed.")
 NOT_FOUND = "There is no page at this address. The link may be mistyped, or what it pointed to was removed."
 FORBIDDEN = "Your account is not allowed to open this page."
 CSRF_FAILED = ("The form could not be sent safely: the page was open too long, or you signed in or out in another "
@@ -60,6 +62,13 @@ def _error_page(request: HttpRequest, *, status: int, title: str, reason: str) -
     if answers_machines(request.path_info):
         return refusal(request, "", reason, status=status)
     return render(request, "errors/error.html", {"status": status, "title": title, "reason": reason}, status=status)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: a body Django refuses before any view reads it (too many
+    fields, too large, a multipart form without its boundary). Programs get
+    the JSON their endpoint answers in (OAuth's endpoints an OAuth error)."""
+    return _error_page(request, status=400, title="The request could not be read", reason=UNREADABLE)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

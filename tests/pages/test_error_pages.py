@@ -117,3 +117,24 @@ def test_the_token_endpoint_keeps_its_oauth_errors(db):
     assert response.status_code in (400, 401)
     assert response["Content-Type"].startswith("application/json")
     assert response.json()["error"] == "invalid_client"
+
+
+def test_a_body_django_cannot_read_is_a_400_in_the_shape_each_part_answers_in(people, settings):
+    from memoryhub.pages.errors import UNREADABLE
+
+    fields = {f"field{number}": "x" for number in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1)}
+    # OAuth's token endpoint: an OAuth error, not an HTML page.
+    token = Client(raise_request_exception=False).post("/o/token/", {"grant_type": "client_credentials", **fields})
+    assert token.status_code == 400
+    assert token.json() == {"error": "invalid_request", "error_description": UNREADABLE}
+    # A multipart form without its boundary.
+    multipart = Client(raise_request_exception=False).generic(
+        "POST", "/o/token/", b"grant_type=client_credentials", content_type="multipart/form-data")
+    assert multipart.status_code == 400 and multipart.json()["error"] == "invalid_request"
+    # A person's page: the site's error page.
+    page = signed_in(people.bruno)
+    page.raise_request_exception = False
+    response = page.post("/memory/", fields)
+    assert response.status_code == 400
+    _, reason = page_parts(response)
+    assert UNREADABLE in reason
