@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.contrib.auth import login as auth_login
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render, resolve_url
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render, resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
@@ -70,8 +70,12 @@ def _login_failures(request: HttpRequest, *, increment: bool) -> list[dict]:
 
 
 def _after_login_url(request: HttpRequest) -> str:
+    """Where sign-in goes on: `next` when it is a path on this site ("/..."),
+    else the default. Only a path: Django's redirect() would read "foo" as a
+    URL name to reverse (a 500, or a page picked by name)."""
     target = request.POST.get("next") or request.GET.get("next") or ""
-    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
         return target
     return resolve_url(settings.LOGIN_REDIRECT_URL)
 
@@ -96,7 +100,7 @@ def login(request: HttpRequest) -> HttpResponse:
         return response
     if form.is_valid():
         auth_login(request, form.get_user())
-        response = redirect(_after_login_url(request))
+        response = HttpResponseRedirect(_after_login_url(request))
         # Remembered for the next sign-in on this browser (not a secret: a workspace's short name).
         response.set_cookie(WORKSPACE_COOKIE, form.cleaned_data.get("workspace") or "", max_age=365 * 24 * 3600,
                             samesite="Lax", secure=request.is_secure(), httponly=True)

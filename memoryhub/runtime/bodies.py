@@ -44,7 +44,9 @@ def caps() -> tuple[tuple[str, int], ...]:
 
 
 def cap_for(path: str, table: tuple[tuple[str, int], ...]) -> int:
-    return next(cap for prefix, cap in table if path.startswith(prefix))
+    """The cap of the first prefix `path` starts with; a target that is no path
+    at all (the asterisk form, "OPTIONS * HTTP/1.1") gets the smallest."""
+    return next((cap for prefix, cap in table if path.startswith(prefix)), min(cap for _, cap in table))
 
 
 class BodyGuard:

@@ -191,3 +191,13 @@ def test_a_tool_call_whose_body_never_finishes_is_never_run(server, live_people)
     time.sleep(1.0)
     assert not Fragment.objects.filter(owner_user=live_people.bruno).exists()
     assert not IdempotencyRecord.objects.exists()
+
+
+@pytest.mark.parametrize("method", [b"OPTIONS", b"POST", b"HEAD"])
+def test_the_asterisk_form_is_answered_not_crashed_on(server, method):
+    # "OPTIONS * HTTP/1.1" is a valid request line; its target matched no body cap (a 500).
+    sock = connect(server.url)
+    sock.sendall(method + b" * HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 "), answer[:200]
+    assert int(answer[9:12]) < 500, answer[:300]

@@ -103,6 +103,15 @@ def test_it_ignores_a_next_to_another_site(people, settings):
     assert response["Location"] == "/account/apps/"
 
 
+@pytest.mark.parametrize("target", ["foo", "my_memory", "connect", "x.y", "\ufffd", "//evil.example/",
+                                    "/\\evil.example/", "javascript:alert(1)"])
+def test_a_next_that_is_no_path_on_this_site_goes_to_the_default(people, settings, target):
+    # "foo" was read as a URL name to reverse: a 500 on every correct sign-in through such a link.
+    settings.LOGIN_REDIRECT_URL = "/account/apps/"
+    response = sign_in("bruno", PASSWORD, next=target)
+    assert (response.status_code, response["Location"]) == (302, "/account/apps/")
+
+
 def test_a_wrong_password_says_so(people):
     response = sign_in("bruno", "wrong password")
     assert response.status_code == 200
