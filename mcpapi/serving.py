@@ -10,7 +10,9 @@ byte every few seconds holds a connection, and enough of them stop the server
 accepting new ones. `GuardedHttpToolsProtocol` gives every request a deadline
 for its headers (from the first byte, or from the connection for its first
 request) and one for its body; past either the client gets 408 (or, once a
-response has begun, the connection is closed) and the event is logged. The
+response has begun, the connection is closed) and the event is logged. A
+request line and headers past HEADER_BYTES_MAX bytes or HEADER_FIELDS_MAX
+fields get 431 before the application sees them (uvicorn keeps any amount). The
 connection and keep-alive limits are set here too, and one worker process per
 core by default.
 
@@ -50,6 +52,22 @@ def _int(name: str, default: int) -> int:
 
 HEADER_TIMEOUT_SECONDS = _float("MEMORYHUB_HEADER_TIMEOUT_SECONDS", 10.0)
 BODY_TIMEOUT_SECONDS = _float("MEMORYHUB_BODY_TIMEOUT_SECONDS", 30.0)
+# The request line and every header together (an OAuth authorize URL with its
+# redirect URI and resource, a bearer token, cookies: a few KiB), and the
+# number of header fields.
+HEADER_BYTES_MAX = 64 * 1024
+HEADER_FIELDS_MAX = 100
+
+
+class _HeadersTooLarge(Exception):
+    """Raised in a parser callback; httptools reports it as a parser error."""
+
+def _headers_too_large_response() -> bytes:
+    body = (f"The request line and headers are too large: at most {HEADER_BYTES_MAX} bytes and "
+            f"{HEADER_FIELDS_MAX} header fields.\n").encode()
+    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"connection: close\r\n" + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+
 
 def _timeout_response() -> bytes:
     body = b"The request did not arrive in time; send it again.\n"
@@ -75,6 +93,39 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # A new request on a kept-alive connection: its headers have a deadline too.
             self._arm("headers", self.header_seconds)
         super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._headers_too_large = False
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value))
+        if len(self.headers) >= HEADER_FIELDS_MAX:
+            self._headers_too_large = True
+            raise _HeadersTooLarge
+        super().on_header(name, value)
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > HEADER_BYTES_MAX:
+            self._headers_too_large = True
+            raise _HeadersTooLarge
+
+    def send_400_response(self, msg: str) -> None:
+        # A parser error raised by our own limit is a 431, not uvicorn's generic 400.
+        if not getattr(self, "_headers_too_large", False):
+            super().send_400_response(msg)
+            return
+        self._disarm()
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client"
+        logger.warning("closing the connection of %s: its request line and headers passed the limit", client)
+        self.transport.write(_headers_too_large_response())
+        self.transport.close()
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()

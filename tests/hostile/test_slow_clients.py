@@ -201,3 +201,30 @@ def test_the_asterisk_form_is_answered_not_crashed_on(server, method):
     answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 "), answer[:200]
     assert int(answer[9:12]) < 500, answer[:300]
+
+
+def request_with(headers: list[bytes], target: bytes = b"/healthz") -> bytes:
+    return (b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(h + b"\r\n" for h in headers)
+            + b"Connection: close\r\n\r\n")
+
+
+def test_headers_past_the_limit_get_431_before_the_application(server):
+    from mcpapi.serving import HEADER_BYTES_MAX, HEADER_FIELDS_MAX
+
+    # At the limits (the Host and Connection fields count too): answered.
+    at_limit = [b"X-Field-%d: v" % number for number in range(HEADER_FIELDS_MAX - 2)]
+    sock = connect(server.url)
+    sock.sendall(request_with(at_limit))
+    assert read_all(sock).startswith(b"HTTP/1.1 200"), "a request at the limits is served"
+    big = b"X-Big: " + b"a" * (HEADER_BYTES_MAX - 200)
+    sock = connect(server.url)
+    sock.sendall(request_with([big]))
+    assert read_all(sock).startswith(b"HTTP/1.1 200"), "a request just under the byte limit is served"
+    # One past: one field too many, one header too large, a request line too long.
+    for request in (request_with([*at_limit, b"X-One-More: v"]), request_with([big + b"a" * 400]),
+                    request_with([], b"/healthz?" + b"a" * HEADER_BYTES_MAX)):
+        sock = connect(server.url)
+        sock.sendall(request)
+        answer = read_all(sock)
+        assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+        assert b"too large" in answer
