@@ -152,12 +152,11 @@ def test_embedded_postgres_start_is_idempotent_and_stop_is_clean(tmp_path):
     assert not server.is_running()
     assert leftover_processes(tmp_path / "data") == []
     datadir = (tmp_path / "data").resolve()
-    assert leaks_check(datadir) == (0, f"no PostgreSQL or Redis of ours left running for {datadir}\n")
+    assert leaks_check(datadir) == (0, f"no PostgreSQL, Redis or Celery worker of ours left running for {datadir}\n")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_leaves_no_process_behind(tmp_path, sig):
+def _serving(tmp_path) -> tuple[subprocess.Popen, Path]:  # type: ignore[type-arg]
+    """`serve` on the embedded defaults in a data folder of its own, once it answers /readyz."""
     datadir = tmp_path / "serve"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
@@ -177,6 +176,18 @@ def test_serve_leaves_no_process_behind(tmp_path, sig):
 
     try:
         poll(ready, timeout=240, interval=0.5, what="serve to be ready")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, datadir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_leaves_no_process_behind(tmp_path, sig):
+    proc, datadir = _serving(tmp_path)
+    try:
         # The private Redis and PostgreSQL are really up while it serves.
         assert leftover_processes(datadir), "expected our PostgreSQL and Redis to be running"
         status, report = leaks_check(datadir)
@@ -192,3 +203,24 @@ def test_serve_leaves_no_process_behind(tmp_path, sig):
     assert "workspace 'demo'  login 'ada'" in output
     assert leftover_processes(datadir) == []
     assert leaks_check(datadir)[0] == 0
+
+
+@pytest.mark.slow
+def test_a_worker_killed_outright_takes_its_pool_and_beat_with_it(tmp_path):
+    # SIGKILL (the kernel's out-of-memory killer, an operator's kill -9) leaves a Celery worker's beat and
+    # pool processes orphaned unless they are stopped as a group: they ran on, holding connections.
+    import psutil
+
+    proc, datadir = _serving(tmp_path)
+    try:
+        worker = next(child for child in psutil.Process(proc.pid).children()
+                      if "celery" in " ".join(child.cmdline()))
+        assert worker.children(), "the worker runs its beat and pool as processes of their own"
+        worker.kill()
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and "a server process exited; stopping" in output, output
+    assert leftover_processes(datadir) == []

@@ -1,5 +1,5 @@
-"""`python -m memoryhub.runtime.leaks DATADIR`: exit 1 if a PostgreSQL or Redis of ours
-still runs for that data folder (used after the test run and by the tests)."""
+"""`python -m memoryhub.runtime.leaks DATADIR`: exit 1 if a PostgreSQL, Redis or Celery
+worker of ours still runs for that data folder (used after the test run and by the tests)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ def leftover_processes(datadir: Path) -> list[str]:
         str(embedded.postgres_dir(datadir)),
         str(embedded.postgres_socket_dir(datadir)),
         str(embedded.redis_socket_path(datadir)),
+        # A worker (or the beat it runs) started by `serve` or a test stack names its schedule file.
+        str(datadir / "celerybeat-schedule"),
     ]
     found = []
     for proc in psutil.process_iter(attrs=("pid", "cmdline")):
@@ -31,7 +33,7 @@ def main() -> int:
     for line in leftovers:
         print(f"left running: {line}", file=sys.stderr)
     if not leftovers:
-        print(f"no PostgreSQL or Redis of ours left running for {datadir}")
+        print(f"no PostgreSQL, Redis or Celery worker of ours left running for {datadir}")
     return 1 if leftovers else 0
 
 

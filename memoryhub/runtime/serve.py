@@ -9,6 +9,7 @@ it started.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,6 +21,13 @@ from pathlib import Path
 from memoryhub.runtime import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _signal_group(child: subprocess.Popen, signum: int) -> None:
+    """`signum` to the process group `child` leads (start_new_session), whether
+    or not `child` itself still runs."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signum)
 
 
 def _wait_ready(url: str, children: list[subprocess.Popen], timeout: float = 180) -> bool:
@@ -90,15 +98,19 @@ def main(argv: list[str] | None = None) -> int:
         # uvicorn with deadlines for slow clients and one worker per core (mcpapi.serving).
         web = [sys.executable, "-m", "mcpapi.serving", "memoryhub.asgi:application", "--host", args.host,
                "--port", str(args.port)]
+        # Each child leads a process group of its own, so stopping it stops what it
+        # started too (uvicorn's workers, Celery's pool and beat), even after the
+        # child itself was killed outright.
         children.append(subprocess.Popen(
             web + (["--workers", str(args.web_workers)] if args.web_workers else []), env=env, cwd=ROOT,
+            start_new_session=True,
         ))
         # The worker also runs the beat: the sweep re-enqueues what a lost task left pending.
         children.append(subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--schedule",
              str(datadir / "celerybeat-schedule"), "--loglevel", "INFO", "--concurrency", str(args.workers),
              "--queues", env.get("MEMORYHUB_TASK_QUEUE", "memoryhub")],
-            env=env, cwd=ROOT,
+            env=env, cwd=ROOT, start_new_session=True,
         ))
         base = env["MEMORYHUB_BASE_URL"]
         if _wait_ready(f"http://{args.host}:{args.port}/readyz", children):
@@ -120,14 +132,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+            _signal_group(child, signal.SIGTERM)
         for child in children:
             try:
                 child.wait(20)
             except subprocess.TimeoutExpired:
-                child.kill()
+                _signal_group(child, signal.SIGKILL)
                 child.wait(5)
+        # What a child started and left behind (its leader killed outright: a
+        # Celery pool or beat process) goes too, then everything is waited for.
+        for child in children:
+            _signal_group(child, signal.SIGKILL)
         while used:
             embedded.release(used.pop())
         print("stopped", flush=True)

@@ -14,6 +14,7 @@ none waits past the tool deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ import httpx2
 import psycopg
 
 from memoryhub.runtime import embedded
+from memoryhub.runtime.leaks import leftover_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_DEADLINE = 25.0
@@ -138,11 +140,14 @@ class Stack:
         self.start_worker()
 
     def stop(self) -> None:
-        for process in (self.web, self.worker):
-            _stop(process)
+        _stop(self.web)
+        _stop(self.worker, group=True)
         self.web = self.worker = None
         embedded.release(self.redis)
         embedded.release(self.postgres)
+        # Nothing of the stack may outlive it: not a worker's beat or pool, orphaned by a SIGKILL.
+        leftovers = leftover_processes(self.datadir)
+        assert leftovers == [], leftovers
 
     def start_web(self) -> None:
         self.web = subprocess.Popen(
@@ -166,14 +171,17 @@ class Stack:
             [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--beat", "--schedule",
              str(self.datadir / "celerybeat-schedule"), "--pool", "solo", "--queues", "faults",
              "--without-mingle", "--without-gossip", "--loglevel", "WARNING"],
-            cwd=ROOT, env=self.env(), stdout=self._log("worker"), stderr=subprocess.STDOUT)
+            cwd=ROOT, env=self.env(), stdout=self._log("worker"), stderr=subprocess.STDOUT,
+            start_new_session=True)  # a group of its own: its beat and pool go with it
 
     # ------------------------------------------------------------------ faults
 
     def kill_worker(self) -> None:
-        """SIGKILL the worker (mid-batch, whatever it was doing), then start a new one."""
+        """SIGKILL the worker (mid-batch, whatever it was doing) with its beat and
+        pool, as the kernel's out-of-memory killer or a lost machine would, then
+        start a new one."""
         assert self.worker is not None
-        self.worker.send_signal(signal.SIGKILL)
+        os.killpg(self.worker.pid, signal.SIGKILL)
         self.worker.wait(30)
         self.start_worker()
 
@@ -199,15 +207,21 @@ class Stack:
             return connection.execute(query, params).fetchall()
 
 
-def _stop(process: subprocess.Popen | None) -> None:
-    if process is None or process.poll() is not None:
+def _stop(process: subprocess.Popen | None, *, group: bool = False) -> None:
+    """SIGTERM `process`, SIGKILL it if it lingers; with `group` (it leads its
+    own process group), whatever of its group is left goes too."""
+    if process is None:
         return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+    if group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------- the load
