@@ -44,6 +44,7 @@ import hashlib
 import json
 import logging
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
@@ -257,13 +258,21 @@ def document_pieces(document: Document, *, created_at: dt.datetime) -> list[Piec
 
 
 def resource_id_validated(value: Any) -> str:
-    return checked_text(value, field="resource_id", max_chars=RESOURCE_ID_MAX_CHARS, required=True)
+    """An identifier: no control character (a line break in it made a document
+    its source could write but never read or delete, no URL route carries it)."""
+    resource_id = checked_text(value, field="resource_id", max_chars=RESOURCE_ID_MAX_CHARS, required=True)
+    if any(unicodedata.category(char) == "Cc" for char in resource_id):
+        raise InvalidArgument("resource_id may not contain control characters (line breaks, tabs).",
+                              field="resource_id")
+    return resource_id
 
 
 def uri_validated(value: Any) -> str:
     """A document's link: empty, or an absolute http(s) URL. Any other scheme
     (javascript:, data:, file:...) is refused: pages render it as a link."""
     uri = checked_text(value, field="uri", max_chars=URI_MAX_CHARS).strip()
+    if any(char.isspace() or unicodedata.category(char) == "Cc" for char in uri):
+        raise InvalidArgument("uri must be an absolute http:// or https:// URL.", field="uri")
     if not uri:
         return ""
     try:

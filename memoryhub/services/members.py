@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from django.contrib.auth import password_validation
 from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -90,6 +91,12 @@ def member_add(
     if len(email) > EMAIL_MAX_CHARS:
         raise InvalidArgument(f"An email address is at most {EMAIL_MAX_CHARS} characters.", field="email")
     storable(email, field="email")
+    if email:
+        # The pages' form checks this too; the command and the API reach here directly.
+        try:
+            validate_email(email)
+        except ValidationError:
+            raise InvalidArgument(f"{email!r} is not a valid email address.", field="email") from None
     if User.objects.filter(tenant=tenant, username__iexact=username).exists():
         raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
     user = User(username=username, email=email, tenant=tenant)

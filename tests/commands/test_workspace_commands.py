@@ -107,7 +107,8 @@ def test_a_workspace_name_is_200_characters_at_most(people):
     assert not Tenant.objects.filter(slug__in=["overnamed", "nulnamed"]).exists()
 
 
-@pytest.mark.parametrize("email", ["nul\x00@acme.test", "lone\ud800@acme.test", "e" * 245 + "@acme.test"])
+@pytest.mark.parametrize("email", ["nul\x00@acme.test", "lone\ud800@acme.test", "e" * 245 + "@acme.test",
+                                   "e@acme.test\r\nBcc: x@evil.test", '"><script>@x.test', "no-at-sign"])
 def test_add_person_refuses_an_email_that_cannot_be_stored(people, monkeypatch, email):
     monkeypatch.setenv("MEMORYHUB_PASSWORD", "a long enough passphrase")
     assert refused("add_person", "acme", "dana", email=email)["field"] == "email"

@@ -106,11 +106,22 @@ def test_a_document_uri_may_be_an_absolute_http_url_or_empty(wiki_api, uri):
     "https:///no-host",
     "ftp://files.example.com/handbook.md",
     "mailto:oncall@example.com",
+    "https://wiki.example.com/ javascript:alert(1)",  # a space: two "URLs" in one
+    "https://wiki.example.com/a\nb",
+    "https://wiki.example.com/a\tb",
 ])
 def test_any_other_document_uri_is_refused_and_nothing_is_written(wiki_api, uri):
     error = refused(wiki_api.upsert(doc("linked.md", uri=uri)), "uri")
     assert error["code"] == "invalid_argument"
     assert error["message"] == "uri must be an absolute http:// or https:// URL."
+    assert nothing_written()
+
+
+@pytest.mark.parametrize("resource_id", ["lf\nonly", "crlf\r\nX: y", "tab\there", "bell\x07"])
+def test_a_resource_id_with_a_control_character_is_refused_and_nothing_is_written(wiki_api, resource_id):
+    # Before, "lf\nonly" was created, and then neither GET nor DELETE could reach it by its URL.
+    error = refused(wiki_api.upsert(doc(resource_id, uri="")), "resource_id")
+    assert "control characters" in error["message"]
     assert nothing_written()
 
 
