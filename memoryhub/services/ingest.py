@@ -271,7 +271,9 @@ def uri_validated(value: Any) -> str:
     """A document's link: empty, or an absolute http(s) URL. Any other scheme
     (javascript:, data:, file:...) is refused: pages render it as a link."""
     uri = checked_text(value, field="uri", max_chars=URI_MAX_CHARS).strip()
-    if any(char.isspace() or unicodedata.category(char) == "Cc" for char in uri):
+    # A line break or another control character inside (a space is left to the
+    # browser, which encodes it; the link is escaped wherever it is shown).
+    if any(unicodedata.category(char) == "Cc" for char in uri):
         raise InvalidArgument("uri must be an absolute http:// or https:// URL.", field="uri")
     if not uri:
         return ""
