@@ -29,7 +29,6 @@ import base64
 import hashlib
 import hmac
 import re
-import unicodedata
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -50,6 +49,7 @@ from memoryhub import access
 from memoryhub.access import ADMIN_SCOPE, INGEST_SCOPE, MEMORY_SCOPES, PERSON_SCOPES
 from memoryhub.models import RedeemedCode
 from memoryhub.oauth.tokens import token_checksum
+from memoryhub.services.arguments import has_control_character
 
 PERSON_TOKEN_SECONDS = 15 * 60
 AGENT_TOKEN_SECONDS = 60 * 60
@@ -169,7 +169,7 @@ def redirect_uri_allowed(uri: str) -> bool:
     Never with whitespace or a control character in it: urlsplit drops some of
     them silently, and DOT keeps a client's URIs separated by whitespace, so one
     URI with a space in it would be stored as two, the second never checked."""
-    if not uri or any(char.isspace() or unicodedata.category(char) == "Cc" for char in uri):
+    if not uri or has_control_character(uri) or any(char.isspace() for char in uri):
         return False
     try:
         parts = urlsplit(uri)

@@ -13,6 +13,7 @@ characters, the same number the MCP schema advertises.
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,12 @@ def unstorable(text: str) -> str | None:
     except UnicodeEncodeError:
         return "contains an unpaired surrogate; send valid UTF-8"
     return None
+
+
+def has_control_character(text: str) -> bool:
+    """Whether `text` holds a control character (Unicode Cc: line breaks, tabs,
+    ESC, NUL...): never part of an identifier or a link."""
+    return any(unicodedata.category(char) == "Cc" for char in text)
 
 
 def storable(value: str, *, field: str) -> str:

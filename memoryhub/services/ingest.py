@@ -44,7 +44,6 @@ import hashlib
 import json
 import logging
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
@@ -58,7 +57,7 @@ from contract import limits
 from memoryhub import access
 from memoryhub.errors import InvalidArgument, NotFound
 from memoryhub.models import Collection, Fragment, Resource, ResourceVersion, Source
-from memoryhub.services.arguments import checked_instant, checked_text
+from memoryhub.services.arguments import checked_instant, checked_text, has_control_character
 from memoryhub.services.enrichment import embedding_enqueue, enrichment_enqueue
 from memoryhub.services.indexing import fragment_context
 from memoryhub.services.write import fact_hash, subject_of
@@ -261,7 +260,7 @@ def resource_id_validated(value: Any) -> str:
     """An identifier: no control character (a line break in it made a document
     its source could write but never read or delete, no URL route carries it)."""
     resource_id = checked_text(value, field="resource_id", max_chars=RESOURCE_ID_MAX_CHARS, required=True)
-    if any(unicodedata.category(char) == "Cc" for char in resource_id):
+    if has_control_character(resource_id):
         raise InvalidArgument("resource_id may not contain control characters (line breaks, tabs).",
                               field="resource_id")
     return resource_id
@@ -273,7 +272,7 @@ def uri_validated(value: Any) -> str:
     uri = checked_text(value, field="uri", max_chars=URI_MAX_CHARS).strip()
     # A line break or another control character inside (a space is left to the
     # browser, which encodes it; the link is escaped wherever it is shown).
-    if any(unicodedata.category(char) == "Cc" for char in uri):
+    if has_control_character(uri):
         raise InvalidArgument("uri must be an absolute http:// or https:// URL.", field="uri")
     if not uri:
         return ""
