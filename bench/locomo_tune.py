@@ -28,6 +28,17 @@ around the current point (ASKING_* below), on a dump that carries each
 candidate's asking share (dumps made before it count every candidate as a
 statement). Written down before the grid's figures were read: the rule above,
 unchanged, and the same `--today` run (bench/results/locomo_eval_before.json).
+
+With --hedged the same rule runs over the cosine weight of a question that
+holds a word giving it its hypothetical form ("Would Melanie likely enjoy
+Vivaldi?": search.QUESTION_FORM_WORDS), Ranking.hedged_vector_weight in
+HEDGED_VECTOR_WEIGHTS (0.3 is "as any other question"), every other weight
+the product's. Such a question asks for an inference, and its evidence rarely
+shares its words. Written down before the grid's figures were read: the rule
+above and the `--today` run unchanged; the dump is matched to the data file
+(--data) question by question to read each question's text; besides the
+overall held-out figures, each category's held-out figures are pooled over
+the folds and printed, so a category the choice only fits shows there.
 """
 
 from __future__ import annotations
