@@ -334,7 +334,7 @@ def run(args: argparse.Namespace) -> dict:
             for qa in conversation["questions"]:
                 question = str(qa["question"])
                 if args.dump:
-                    dumped.append({"conversation": conversation["id"], "category": qa["category"],
+                    dumped.append({"conversation": conversation["id"], "category": qa["category"], "question": question,
                                    "evidence": [str(e) for e in qa["evidence"]],
                                    "candidates": [{**c, "dia": dia[c["id"]]}
                                                   for c in candidates_of(caller, question, embedder)]})

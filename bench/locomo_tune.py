@@ -5,7 +5,7 @@
 
 The dump holds, per question, every candidate the product's search scored
 (its BM25 and cosine scores, its document and place) as the product computed
-them; this script fuses them offline with `search.fuse_scores` for every point
+them; this script fuses them offline with `search.ordered_matches` for every point
 of the grid below and applies the product's match rule and limit, so a grid
 point's figures are what the product would serve with those weights.
 
@@ -65,6 +65,7 @@ ASKING_WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5)
 ASKING_VECTOR_WEIGHTS = (0.2, 0.3, 0.4)
 ASKING_NEIGHBOUR_WEIGHTS = (0.5, 0.75, 1.0)
 ASKING_DOCUMENT_WEIGHTS = (0.3, 0.45)
+HEDGED_VECTOR_WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
 
 
 def per_question(questions: list[dict], ranking, bm25: str = "") -> list[dict]:  # type: ignore[no-untyped-def]
@@ -72,7 +73,7 @@ def per_question(questions: list[dict], ranking, bm25: str = "") -> list[dict]: 
     `bm25`, from a --bm25-grid dump), as the product would serve it."""
     import uuid
 
-    from memoryhub.services.search import Candidate, fuse_scores, is_match
+    from memoryhub.services.search import Candidate, ordered_matches
 
     out = []
     for question in questions:
@@ -82,9 +83,7 @@ def per_question(questions: list[dict], ranking, bm25: str = "") -> list[dict]: 
                                                     asking=c.get("asking", 0.0))
                       for c in scored}
         dia = {uuid.UUID(c["id"]): c["dia"] for c in scored}
-        scores = fuse_scores(candidates, ranking)
-        ordered = sorted((pk for pk in scores if is_match(candidates[pk], scores[pk])),
-                         key=lambda pk: (-scores[pk], str(pk)))
+        ordered = [pk for pk, _, _ in ordered_matches(candidates, ranking, query=question.get("question", ""))]
         out.append({"conversation": question["conversation"], "category": question["category"],
                     **question_scores([dia[pk] for pk in ordered[:K]], question["evidence"])})
     return out
@@ -115,6 +114,10 @@ def main() -> None:
     parser.add_argument("--dump", required=True, help="written by locomo_eval.py --dump")
     parser.add_argument("--today", required=True, help="a locomo_eval result of the ranking to beat")
     parser.add_argument("--asking", action="store_true", help="the asking grid (Ranking.asking_weight)")
+    parser.add_argument("--hedged", action="store_true",
+                        help="the grid of a hypothetical question's cosine weight (Ranking.hedged_vector_weight)")
+    parser.add_argument("--data", default="", help="with --hedged: the LoCoMo file the dump was made from, "
+                        "for each question's text")
     args = parser.parse_args()
     import django
 
@@ -124,12 +127,24 @@ def main() -> None:
     from memoryhub.services.search import RANKING
 
     questions = json.loads(Path(args.dump).read_text())
+    if args.data:
+        # Dumps made before they kept each question's text: the same order as the data file's.
+        asked = [str(qa["question"]) for conversation in json.loads(Path(args.data).read_text())
+                 for qa in conversation["questions"]]
+        if len(asked) != len(questions):
+            parser.error(f"--data holds {len(asked)} questions, the dump {len(questions)}")
+        for question, text in zip(questions, asked, strict=True):
+            question.setdefault("question", text)
     today = {name: row for name, row in json.loads(Path(args.today).read_text())["service"].items()}
     conversations = sorted({q["conversation"] for q in questions})
     settings = sorted(questions[0].get("candidates_by_bm25", {})) or [""]
     # The grid's axes; a point is (vector, neighbour, document, BM25 k1/b/own of a --bm25-grid dump or "",
     # asking).
-    if args.asking:
+    if args.hedged:
+        name, axes = "locomo_tune_hedged", {
+            "hedged": HEDGED_VECTOR_WEIGHTS, "vector": (RANKING.vector_weight,),
+            "neighbour": (RANKING.neighbour_weight,), "document": (RANKING.document_weight,), "bm25": settings}
+    elif args.asking:
         name, axes = "locomo_tune_asking", {
             "asking": ASKING_WEIGHTS, "vector": ASKING_VECTOR_WEIGHTS, "neighbour": ASKING_NEIGHBOUR_WEIGHTS,
             "document": ASKING_DOCUMENT_WEIGHTS, "bm25": settings}
@@ -140,21 +155,25 @@ def main() -> None:
     else:
         name, axes = "locomo_tune", {
             "vector": VECTOR_WEIGHTS, "neighbour": NEIGHBOUR_WEIGHTS, "document": DOCUMENT_WEIGHTS, "bm25": settings}
-    grid = [(v, n, d, bm25, a) for bm25 in axes["bm25"] for a in axes.get("asking", (RANKING.asking_weight,))
+    grid = [(v, n, d, bm25, a, h) for bm25 in axes["bm25"] for a in axes.get("asking", (RANKING.asking_weight,))
+            for h in axes.get("hedged", (RANKING.hedged_vector_weight,))
             for v, n, d in product(axes["vector"], axes["neighbour"], axes["document"])]
 
     def ranking(point):  # type: ignore[no-untyped-def]
-        vector, neighbour, document, _, asking = point
+        vector, neighbour, document, _, asking, hedged = point
         return replace(RANKING, vector_weight=vector, lexical_weight=round(1 - vector, 2),
-                       neighbour_weight=neighbour, document_weight=document, asking_weight=asking)
+                       neighbour_weight=neighbour, document_weight=document, asking_weight=asking,
+                       hedged_vector_weight=hedged)
 
     scored = {p: per_question(questions, ranking(p), p[3]) for p in grid}
     everything = {p: aggregate(rows) for p, rows in scored.items()}
     folds = []
+    held_out_rows: list[dict] = []
     for held_out in conversations:
         table = {p: aggregate([r for r in rows if r["conversation"] != held_out]) for p, rows in scored.items()}
         allowed = [p for p in grid if meets(table[p], today)] or grid
         chosen = best(table, allowed)
+        held_out_rows += [r for r in scored[chosen] if r["conversation"] == held_out]
         figures = aggregate([r for r in scored[chosen] if r["conversation"] == held_out])["all"]
         folds.append({"held_out": held_out, "chosen": chosen, "points_meeting_today": len(allowed),
                       "held_out_figures": figures})
@@ -164,15 +183,19 @@ def main() -> None:
     most = max(votes.values())
     product_point = max((p for p, n in votes.items() if n == most), key=lambda p: everything[p]["all"]["ndcg"])
     loco = {key: statistics.fmean(f["held_out_figures"][key] for f in folds) for key in ("r10", "ndcg")}
+    pooled = aggregate(held_out_rows)
     print(f"chosen: vector {product_point[0]}, neighbour {product_point[1]}, document {product_point[2]}, "
-          f"bm25 k1/b/own {product_point[3] or 'as dumped'}, asking {product_point[4]}; "
+          f"bm25 k1/b/own {product_point[3] or 'as dumped'}, asking {product_point[4]}, "
+          f"hedged {product_point[5]}; "
           f"leave-one-out estimate R@10 {loco['r10']:.4f} nDCG {loco['ndcg']:.4f}")
+    print("held out, each category pooled over the folds:",
+          json.dumps({k: {m: round(v, 4) for m, v in row.items()} for k, row in sorted(pooled.items())}))
     print("on all five:", json.dumps({k: {m: round(v, 4) for m, v in row.items()}
                                       for k, row in everything[product_point].items()}))
     write_results(name, {
         "grid": axes,
         "folds": [{**f, "chosen": list(f["chosen"])} for f in folds],
-        "chosen": list(product_point), "leave_one_out": loco,
+        "chosen": list(product_point), "leave_one_out": loco, "held_out_pooled": pooled,
         "all_five": {str(list(p)): everything[p] for p in grid},
     })
 

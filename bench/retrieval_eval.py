@@ -157,14 +157,17 @@ def metrics(ranked: list, relevant: set) -> tuple[float, float]:
     return recall, dcg / idcg
 
 
-def rank(candidates: dict, ranking) -> list:
-    from memoryhub.services.search import fuse_scores
+def rank(candidates: dict, ranking, query: str) -> list:
+    """Every candidate in the product's order for `query` (a question in a
+    hedged form by its own weights, search.ordered_matches), matched or not:
+    threshold_sweep decides matching."""
+    from memoryhub.services.search import fuse_scores, is_hedged
 
     if ranking.fusion == "vector":
         candidates = {pk: c for pk, c in candidates.items() if c.vector_rank is not None}
     elif ranking.fusion == "lexical":
         candidates = {pk: c for pk, c in candidates.items() if c.lexical_rank is not None}
-    scores = fuse_scores(candidates, ranking)
+    scores = fuse_scores(candidates, ranking, hedged=is_hedged(query))
     return [pk for pk, _ in sorted(scores.items(), key=lambda item: (-item[1], str(item[0])))]
 
 
@@ -173,7 +176,7 @@ def evaluate(collected: dict[str, dict], queries: list[dict], keys: dict, rankin
     by_kind: dict[str, list[float]] = defaultdict(list)
     for q in queries:
         relevant = {keys[k] for k in q["relevant"]}
-        recall, ndcg = metrics(rank(collected[q["id"]], ranking), relevant)
+        recall, ndcg = metrics(rank(collected[q["id"]], ranking, q["query"]), relevant)
         recalls.append(recall)
         ndcgs.append(ndcg)
         by_kind[q["kind"]].append(ndcg)
@@ -228,7 +231,7 @@ def score_distribution(collected, queries, keys, ranking) -> dict:
         relevant = {keys[k] for k in q["relevant"]}
         if relevant:
             top_answerable.append(ordered[0] if ordered else 0.0)
-            ranked = rank(collected[q["id"]], ranking)[:K]
+            ranked = rank(collected[q["id"]], ranking, q["query"])[:K]
             relevant_scores += [scores[pk] for pk in ranked if pk in relevant]
         else:
             top_invisible.append(ordered[0] if ordered else 0.0)
@@ -253,7 +256,7 @@ def threshold_sweep(collected, queries, keys, ranking) -> list[dict]:
         found = lost = empty_invisible = invisible = empty_answerable = answerable = 0
         for q in queries:
             scores = fuse_scores(collected[q["id"]], ranking)
-            ranked = rank(collected[q["id"]], ranking)[:K]
+            ranked = rank(collected[q["id"]], ranking, q["query"])[:K]
             # (as search.is_match: a candidate sharing a word with the query always matches)
             candidates = collected[q["id"]]
             kept = [pk for pk in ranked if candidates[pk].lexical_score or scores[pk] >= t]

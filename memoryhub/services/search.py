@@ -104,6 +104,13 @@ class Ranking:
     # its sentences that are questions (asking_share). Its neighbours are
     # helped by its full score: a question points at the answer after it.
     asking_weight: float = 0.4
+    # A question written in a hedged, hypothetical form ("Would Melanie likely
+    # enjoy Vivaldi?", QUESTION_FORM_WORDS) asks for an inference, and its
+    # evidence rarely shares its words: in the scores that order it the cosine
+    # has this share and BM25 the rest (weighted fusion; at most 1). Matching,
+    # scores shown and the relevance floor keep the weights above
+    # (ordered_matches).
+    hedged_vector_weight: float = 0.6
     # PostgreSQL rank normalisation bits for ts_rank (32: r/(r+1)).
     lexical_normalization: int = 32
 
@@ -141,7 +148,8 @@ JUDGMENT_WEIGHT = 0.5
 ORDERING_CODE = (
     "candidate_pool", "read_query_for", "query_lexemes", "_quoted", "_raw_lexemes", "tsquery_for",
     "index_queries", "vector_candidates", "lexical_scored", "_lexical_rank", "lexical_candidates", "_checked_rows",
-    "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "_fuse", "_arrange",
+    "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches", "_fuse",
+    "_arrange", "is_hedged",
 )
 
 
@@ -202,7 +210,7 @@ def ranking_of_record(record: dict[str, Any] | None) -> Ranking | None:
     hints = get_type_hints(Ranking)
     if not all(_fits(value, hints[name]) for name, value in parameters.items()):
         return None
-    if parameters["vector_weight"] + parameters["lexical_weight"] <= 0:
+    if parameters["vector_weight"] + parameters["lexical_weight"] <= 0 or parameters["hedged_vector_weight"] > 1:
         return None
     return Ranking(**parameters)
 
@@ -345,6 +353,8 @@ class Hit:
     fragment: Fragment
     score: float
     provenance: Provenance = field(default_factory=Provenance)
+    # What put it in its place: its score, or a hedged question's own (ordered_matches).
+    ordering: float | None = None
 
 
 @dataclass
@@ -509,14 +519,15 @@ def _execute(
         policy=policy, query=request.query, query_vector=query_vector, limit=request.limit, deadline=deadline,
         ranking=ranking, load_embeddings=judging,
     )
-    ranked = [hit for hit in _fuse(candidates, rows, ranking) if is_match(candidates[hit.fragment.pk], hit.score)]
+    ranked = _fuse(candidates, rows, ranking, query=request.query)
     abstained, abstain_reason = False, None
     floor = tenant.relevance_floor
-    if ranked and ranked[0].score < floor:
+    best = max((hit.score for hit in ranked), default=None)
+    if best is not None and best < floor:
         abstained = True
         abstain_reason = (
             f"No visible fragment reached this workspace's relevance floor of {floor:g} "
-            f"(the best scored {ranked[0].score:.3f}), so memory declined to answer rather than guess."
+            f"(the best scored {best:.3f}), so memory declined to answer rather than guess."
         )
     ranked = [hit for hit in ranked if hit.score >= floor]
     # A workspace that withholds memories whose document changed or went
@@ -707,6 +718,12 @@ _LEXEME_QUOTE = re.compile(r"['\\]")
 # embedding alone, like a query of stop words); the embedding reads it whole.
 QUESTION_FORM_WORDS = re.compile(
     r"\b(?:would|could|might|likely|unlikely|probably|possibly)(?:n[\u2019']t|[\u2019']ve)?\b", re.IGNORECASE)
+
+
+def is_hedged(query: str) -> bool:
+    """The query is written in a hedged, hypothetical form (it holds one of
+    QUESTION_FORM_WORDS): Ranking.hedged_vector_weight weighs its cosine."""
+    return QUESTION_FORM_WORDS.search(query) is not None
 
 
 def query_lexemes(query: str) -> list[str]:
@@ -914,14 +931,16 @@ def _checked_rows(
 # --------------------------------------------------------------------------- fusion and arrangement
 
 
-def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None = None) -> dict[uuid.UUID, float]:
+def fuse_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking | None = None, *,
+                hedged: bool = False) -> dict[uuid.UUID, float]:
     """A relevance score in [0, 1] per candidate: each candidate's own score,
     helped (weighted fusion) by the best candidate beside it and the best one
-    in its document, and lowered by how much of it only asks. `candidates`
-    holds only rows that passed the row check, so no fragment the reader
-    cannot see ever moves a score."""
+    in its document, and lowered by how much of it only asks. `hedged`: the
+    query is written in a hypothetical form (is_hedged). `candidates` holds
+    only rows that passed the row check, so no fragment the reader cannot see
+    ever moves a score."""
     ranking = ranking or RANKING
-    own = _own_scores(candidates, ranking)
+    own = _own_scores(candidates, ranking, hedged=hedged)
     if ranking.fusion != "weighted":
         return own
     scores = own
@@ -979,8 +998,10 @@ def asking_share(text: str) -> float:
     return sum(bool(_QUESTION_MARK.search(match["end"])) for match in sentences) / len(sentences)
 
 
-def _own_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking) -> dict[uuid.UUID, float]:
+def _own_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking, *,
+                hedged: bool = False) -> dict[uuid.UUID, float]:
     scores: dict[uuid.UUID, float] = {}
+    share = min(1.0, ranking.hedged_vector_weight) if hedged else None
     for pk, candidate in candidates.items():
         vector = max(0.0, candidate.vector_similarity or 0.0)
         lexical = candidate.lexical_score or 0.0
@@ -997,6 +1018,8 @@ def _own_scores(candidates: dict[uuid.UUID, Candidate], ranking: Ranking) -> dic
                 score += ranking.lexical_weight / (ranking.rrf_k + candidate.lexical_rank + 1)
             # Scaled so a fragment first in both lists scores 1.
             score = score * (ranking.rrf_k + 1) / total
+        elif share is not None:
+            score = share * vector + (1.0 - share) * lexical
         else:
             score = (ranking.vector_weight * vector + ranking.lexical_weight * lexical) / (
                 ranking.vector_weight + ranking.lexical_weight
@@ -1012,11 +1035,25 @@ def is_match(candidate: Candidate, score: float) -> bool:
     return (candidate.lexical_score or 0.0) >= LEXICAL_MATCH_MIN or score >= MATCH_THRESHOLD
 
 
-def _fuse(candidates: dict[uuid.UUID, Candidate], rows: dict[uuid.UUID, Fragment], ranking: Ranking) -> list[Hit]:
+def ordered_matches(candidates: dict[uuid.UUID, Candidate], ranking: Ranking, *,
+                    query: str) -> list[tuple[uuid.UUID, float, float]]:
+    """The candidates that match, in rank order, each with its relevance
+    score and the score that ordered it. A question in a hedged form
+    (is_hedged) is ordered by its own weights (Ranking.hedged_vector_weight),
+    but what matches, its scores, the relevance floor and abstaining stay
+    those of the ordinary weights: a question's form only reorders what
+    would be served anyway."""
     scores = fuse_scores(candidates, ranking)
+    order = fuse_scores(candidates, ranking, hedged=True) if is_hedged(query) else scores
     # Ties broken by id: the same rules, data and instant give the same order.
-    ordered = sorted(scores.items(), key=lambda item: (-item[1], str(item[0])))
-    return [Hit(fragment=rows[pk], score=score) for pk, score in ordered]
+    matched = (pk for pk, score in scores.items() if is_match(candidates[pk], score))
+    return [(pk, scores[pk], order[pk]) for pk in sorted(matched, key=lambda pk: (-order[pk], str(pk)))]
+
+
+def _fuse(candidates: dict[uuid.UUID, Candidate], rows: dict[uuid.UUID, Fragment], ranking: Ranking, *,
+          query: str) -> list[Hit]:
+    return [Hit(fragment=rows[pk], score=score, ordering=ordering)
+            for pk, score, ordering in ordered_matches(candidates, ranking, query=query)]
 
 
 _WORD = re.compile(r"[\w'-]+")
@@ -1044,7 +1081,10 @@ def _arrange(hits: list[Hit], *, task_vector: list[float] | None, task_tags: Seq
             tagged = sum(1 for tag in tags if tag in words or (" " in tag and tag in haystack)) / len(tags)
         return 0.5 * semantic + 0.5 * tagged if tags and task_vector is not None else semantic or tagged
 
-    return sorted(hits, key=lambda hit: (-(hit.score + JUDGMENT_WEIGHT * affinity(hit)), str(hit.fragment.pk)))
+    def placed(hit: Hit) -> float:
+        return hit.score if hit.ordering is None else hit.ordering
+
+    return sorted(hits, key=lambda hit: (-(placed(hit) + JUDGMENT_WEIGHT * affinity(hit)), str(hit.fragment.pk)))
 
 
 # --------------------------------------------------------------------------- instants

@@ -273,3 +273,82 @@ def test_the_all_words_modes_leave_the_form_words_out_too(people, shared_fragmen
                                                    lexical_query=mode))
     result = fragments_search(caller=people.caller(people.bruno), query="Would Bruno likely enjoy Vivaldi?")
     assert [hit.fragment.pk for hit in result.hits] == [vivaldi.pk]
+
+
+@pytest.mark.parametrize(("query", "hedged"), [
+    ("Would Melanie likely enjoy the song by Vivaldi?", True),
+    ("What might John's degree be in?", True),
+    ("Wouldn't Bruno like it?", True),
+    ("COULD it rain?", True),
+    ("What does Caroline like?", False),
+    ("When did Melanie paint a sunrise?", False),
+    ("Mighty ducks likelihood", False),  # a word that only starts like one
+])
+def test_a_question_in_a_hypothetical_form_is_hedged(query, hedged):
+    assert search.is_hedged(query) is hedged
+
+
+def test_a_hedged_question_weighs_the_cosine_by_its_own_weight():
+    from dataclasses import replace
+
+    ranking = replace(search.RANKING, vector_weight=0.3, lexical_weight=0.7, hedged_vector_weight=0.6,
+                      neighbour_weight=0.0, document_weight=0.0, asking_weight=0.0)
+    worded, meant = uuid.uuid4(), uuid.uuid4()
+    candidates = {worded: Candidate(vector_similarity=0.2, lexical_score=0.6),
+                  meant: Candidate(vector_similarity=0.7, lexical_score=0.1)}
+    plain = fuse_scores(candidates, ranking)
+    assert plain[worded] == pytest.approx(0.3 * 0.2 + 0.7 * 0.6)
+    assert plain[meant] == pytest.approx(0.3 * 0.7 + 0.7 * 0.1)
+    assert plain[worded] > plain[meant]
+    hedged = fuse_scores(candidates, ranking, hedged=True)
+    assert hedged[worded] == pytest.approx(0.6 * 0.2 + 0.4 * 0.6)
+    assert hedged[meant] == pytest.approx(0.6 * 0.7 + 0.4 * 0.1)
+    assert hedged[meant] > hedged[worded]
+    # A share past 1 is the cosine alone; other fusions do not read it.
+    assert fuse_scores(candidates, replace(ranking, hedged_vector_weight=3.0), hedged=True)[meant] == pytest.approx(0.7)
+    lexical = replace(ranking, fusion="lexical")
+    assert fuse_scores(candidates, lexical, hedged=True) == fuse_scores(candidates, lexical)
+
+
+def test_a_hedged_question_is_ordered_by_its_weight_and_matched_and_scored_by_the_ordinary_ones(
+        people, shared_fragment, monkeypatch):
+    from dataclasses import replace
+
+    from memoryhub.services.enrichment import fragments_embed_pending
+
+    written = [shared_fragment("Bruno's cat is called Vivaldi, after the composer."),
+               shared_fragment("Bruno spends his evenings listening to baroque violin concertos."),
+               shared_fragment("Bruno enjoys hiking in the Alps every summer."),
+               shared_fragment("Looks like rain again over the harbour.")]
+    fragments_embed_pending(fragment_ids=[str(fragment.pk) for fragment in written])
+    bruno = people.caller(people.bruno)
+    alone = replace(search.RANKING, neighbour_weight=0.0, document_weight=0.0, asking_weight=0.0)
+
+    def served(ranking, query):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(search, "RANKING", ranking)
+        return [(str(hit.fragment.pk), round(hit.score, 6)) for hit in fragments_search(caller=bruno, query=query).hits]
+
+    hedged, plain = "Would Bruno likely enjoy Vivaldi?", "Does Bruno enjoy Vivaldi?"
+    ordinary = served(replace(alone, hedged_vector_weight=0.3), hedged)
+    by_cosine = [pk for pk, _ in served(replace(alone, fusion="vector"), hedged)]
+    reordered = served(replace(alone, hedged_vector_weight=1.0), hedged)
+    # Ordered by the cosine alone, but the same fragments with the same scores: the form only reorders.
+    assert [pk for pk, _ in reordered] == [pk for pk in by_cosine if pk in dict(ordinary)]
+    assert dict(reordered) == dict(ordinary) and reordered != ordinary
+    # A question without the hedged form keeps the ordinary weights.
+    assert served(replace(alone, hedged_vector_weight=1.0), plain) == served(alone, plain)
+
+
+def test_the_judgment_plane_arranges_a_hedged_question_from_the_order_it_was_given():
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from memoryhub.services.search import Hit
+
+    # Relevance 0.5 but placed first by the hedged question's weights, against relevance 0.6 placed second.
+    first = Hit(fragment=SimpleNamespace(pk=uuid.UUID(int=2)), score=0.5, ordering=0.9)  # type: ignore[arg-type]
+    second = Hit(fragment=SimpleNamespace(pk=uuid.UUID(int=1)), score=0.6, ordering=0.4)  # type: ignore[arg-type]
+    assert search._arrange([second, first], task_vector=None, task_tags=[]) == [first, second]
+    # A hit without an ordering of its own is placed by its score.
+    unplaced = [replace(first, ordering=None), replace(second, ordering=None)]
+    assert search._arrange(unplaced, task_vector=None, task_tags=[]) == [unplaced[1], unplaced[0]]

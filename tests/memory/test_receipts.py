@@ -195,6 +195,7 @@ def recorded(**parameters):  # type: ignore[no-untyped-def]
     lambda: recorded(bm25_k1=float("inf")),
     lambda: recorded(neighbour_weight=float("nan")),
     lambda: recorded(vector_weight=0, lexical_weight=0),
+    lambda: recorded(hedged_vector_weight=1.5),  # a share of the cosine past all of it
 ])
 def test_a_recorded_ranking_this_code_cannot_make_again_is_none(record):
     assert search.ranking_of_record(record()) is None
