@@ -5,7 +5,7 @@ A read, in order:
 1. validate every argument against the contract's limits;
 2. embed the query (outside the transaction: it is most of the cost, and it
    must not hold a connection's snapshot open);
-3. in one transaction with statement_timeout armed from the deadline:
+3. in one transaction, its statements cancelled when the deadline passes:
    a. the caller's role audience *now* and the read policy (memoryhub.access);
    b. two index queries, each carrying the policy's SQL predicate: pgvector HNSW
       (cosine) with iterative scan, and full-text over a bounded match set;
@@ -29,6 +29,7 @@ the pages as HTML).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -40,7 +41,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 
@@ -53,7 +54,7 @@ from pgvector.django import CosineDistance
 
 from contract import limits
 from contract.receipt_chain import value_hash
-from memoryhub import access
+from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.embeddings import embedder_class, get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
@@ -146,7 +147,7 @@ JUDGMENT_WEIGHT = 0.5
 # reuses the parameters it recorded only while this code is what it was
 # (ranking_revision), so no change to it can pass for the identical ranking.
 ORDERING_CODE = (
-    "candidate_pool", "read_query_for", "query_lexemes", "_quoted", "_raw_lexemes", "tsquery_for",
+    "candidate_pool", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes", "tsquery_for",
     "index_queries", "vector_candidates", "lexical_scored", "_lexical_rank", "lexical_candidates", "_checked_rows",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches", "_fuse",
     "_arrange", "is_hedged",
@@ -313,9 +314,11 @@ class SearchRequest:
 
 
 class Deadline:
-    """The upstream read's time budget. Each statement runs with
-    statement_timeout set to what is left, so a slow read is cancelled by
-    PostgreSQL itself rather than left running after we gave up on it."""
+    """The upstream read's time budget. While the read runs its statements
+    (`watching`), a statement still running when the budget is spent is
+    cancelled by PostgreSQL (its cancel request, memoryhub.cancel_watch), so
+    a slow read is not left running after we gave up on it; between
+    statements, `check` stops it. No statement is spent on it."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -327,10 +330,18 @@ class Deadline:
             raise self.exceeded()
         return left
 
-    def arm(self) -> None:
-        milliseconds = max(1, int(self.remaining() * 1000))
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{milliseconds}ms"])
+    def check(self) -> None:
+        """Raise DeadlineExceeded once the budget is spent."""
+        self.remaining()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """The statements run inside are cancelled when the budget is spent."""
+        self.check()
+        connection.ensure_connection()
+        raw = connection.connection
+        with cancel_watch.watching(self.ends, getattr(raw, "cancel_safe", raw.cancel)):
+            yield
 
     def exceeded(self) -> DeadlineExceeded:
         return DeadlineExceeded(
@@ -481,21 +492,23 @@ def search_execute(
     """The read itself, inside the caller's transaction; writes nothing but
     enforcement alarms. Receipt replays call this with the original request."""
     # Embedding first: PostgreSQL opens the transaction at the first statement,
-    # so the slowest step does not keep a snapshot open.
+    # so the slowest step does not keep a snapshot open. A task is embedded
+    # with the query, in the same batch, whether or not the workspace's
+    # judgment plane turns out to be on.
+    task_text = " ".join([request.task, *request.task_tags]).strip()
     with phase("embedding"):
-        vectors = _embed([request.query])
+        vectors = _embed([request.query, task_text] if task_text else [request.query])
     query_vector = vectors[0] if vectors else None
     tenant = caller.tenant
-    tenant.refresh_from_db(fields=["judgment_plane", "relevance_floor", "stale_policy"])
-    judging = tenant.judgment_plane and bool(request.task or request.task_tags)
-    task_vector = None
-    if judging and query_vector is not None:
-        task_vectors = _embed([" ".join([request.task, *request.task_tags]).strip()])
-        task_vector = task_vectors[0] if task_vectors else None
-    with index_settings():
+    # One statement: the planner settings, the workspace's search settings as
+    # they are now, and the query's lexemes.
+    with deadline.watching(), index_settings(query=request.query, tenant=tenant) as prologue:
+        judging = tenant.judgment_plane and bool(request.task or request.task_tags)
+        task_vector = vectors[1] if judging and vectors and task_text else None
         execution = _execute(
             caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt_id,
             ranking=ranking or RANKING, query_vector=query_vector, task_vector=task_vector, judging=judging,
+            lexemes=prologue.lexemes,
         )
     if budget is not None and execution.result.hits:
         result = execution.result
@@ -509,6 +522,7 @@ def search_execute(
 def _execute(
     *, caller: Caller, request: SearchRequest, as_of: dt.datetime, deadline: Deadline, receipt_id: str,
     ranking: Ranking, query_vector: list[float] | None, task_vector: list[float] | None, judging: bool,
+    lexemes: Sequence[str] | None = None,
 ) -> Execution:
     tenant = caller.tenant
     policy = access.read_policy(
@@ -517,7 +531,7 @@ def _execute(
     )
     candidates, rows, alarms = scored_candidates(
         policy=policy, query=request.query, query_vector=query_vector, limit=request.limit, deadline=deadline,
-        ranking=ranking, load_embeddings=judging,
+        ranking=ranking, load_embeddings=judging, lexemes=lexemes,
     )
     ranked = _fuse(candidates, rows, ranking, query=request.query)
     abstained, abstain_reason = False, None
@@ -550,7 +564,7 @@ def _execute(
 
     notice = None
     if not ranked:
-        deadline.arm()
+        deadline.check()
         if not access.visible_fragments(policy.unnarrowed()).exists():
             notice = NOTICE_NOTHING_VISIBLE
         elif abstained:
@@ -567,15 +581,16 @@ def _execute(
 
 def scored_candidates(
     *, policy: ReadPolicy, query: str, query_vector: list[float] | None, limit: int, deadline: Deadline,
-    ranking: Ranking, load_embeddings: bool = False,
+    ranking: Ranking, load_embeddings: bool = False, lexemes: Sequence[str] | None = None,
 ) -> tuple[dict[uuid.UUID, Candidate], dict[uuid.UUID, Fragment], list[str]]:
     """Both index queries under the policy, then every candidate loaded, scored
     and checked again. Returns (candidates, rows that passed, alarmed ids).
-    Run inside `index_settings()` (search_execute does)."""
-    deadline.arm()
-    read_query = read_query_for(query, query_vector, ranking)
+    Run inside `index_settings()` (search_execute does); `lexemes`: the
+    query's, when index_settings already read them."""
+    deadline.check()
+    read_query = read_query_for(query, query_vector, ranking, lexemes=lexemes)
     candidates = index_queries(policy=policy, read_query=read_query, limit=limit, deadline=deadline, ranking=ranking)
-    deadline.arm()
+    deadline.check()
     with phase("row_check"):
         rows, alarms = _checked_rows(
             policy=policy, candidates=candidates, read_query=read_query, load_embeddings=load_embeddings,
@@ -593,25 +608,62 @@ def _embed(texts: list[str]) -> list[list[float]] | None:
 
 
 class index_settings:
-    """Planner settings for this transaction only, restored afterwards so an
-    outer transaction (a test, a console view) does not inherit them, nor the
-    statement_timeout the deadline arms. One round trip each way."""
+    """Planner settings for this transaction only (SET LOCAL). Inside an outer
+    transaction (a test, a console view) they are restored afterwards, so it
+    does not inherit them: one round trip each way; in a transaction of its
+    own, which ends right after, only the first.
 
-    RESTORED = ("hnsw.ef_search", "hnsw.iterative_scan", "statement_timeout")
+    The same first statement also reads, when asked, the query's lexemes
+    (`query`: query_lexemes, into `lexemes`) and the workspace's search
+    settings as they are now (`tenant`: its judgment plane, relevance floor
+    and stale policy, set on it)."""
 
-    def __enter__(self) -> None:
+    RESTORED = ("hnsw.ef_search", "hnsw.iterative_scan")
+    TENANT_FIELDS = ("judgment_plane", "relevance_floor", "stale_policy")
+
+    def __init__(self, *, query: str | None = None, tenant: Tenant | None = None) -> None:
+        self.query, self.tenant = query, tenant
+        self.lexemes: list[str] | None = None
+
+    def __enter__(self) -> index_settings:
         wanted = {"hnsw.ef_search": str(hnsw_ef_search()), "hnsw.iterative_scan": "relaxed_order"}
+        columns = [*(["current_setting(%s, true)"] * len(self.RESTORED)), *(["set_config(%s, %s, true)"] * len(wanted))]
+        params: list[Any] = [*self.RESTORED, *(item for pair in wanted.items() for item in pair)]
+        if self.query is not None:
+            sql, lexeme_params = _lexemes_sql(self.query)
+            columns.append(sql)
+            params += lexeme_params
+        if self.tenant is not None:
+            table = Tenant._meta.db_table
+            fields = ", ".join(self.TENANT_FIELDS)
+            # The names are our model's; JSON keeps each value's type.
+            columns.append(f"(SELECT jsonb_build_array({fields}) FROM {table} WHERE id = %s)")  # noqa: S608
+            params.append(self.tenant.pk)
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT " + ", ".join(["current_setting(%s, true)"] * len(self.RESTORED)) + ", "
-                + ", ".join(["set_config(%s, %s, true)"] * len(wanted)),
-                [*self.RESTORED, *(item for pair in wanted.items() for item in pair)],
-            )
-            self.saved = dict(zip(self.RESTORED, cursor.fetchone()[: len(self.RESTORED)], strict=True))
+            cursor.execute("SELECT " + ", ".join(columns), params)
+            row = list(cursor.fetchone())
+        self.saved = dict(zip(self.RESTORED, row[: len(self.RESTORED)], strict=True))
+        # Inside a nested atomic block, an outer transaction goes on after this one.
+        self.nested = bool(connection.savepoint_ids)
+        rest = row[len(self.RESTORED) + len(wanted):]
+        if self.query is not None:
+            self.lexemes = list(rest.pop(0) or [])
+        if self.tenant is not None:
+            self._set_tenant(rest.pop(0))
+        return self
+
+    def _set_tenant(self, values: str | None) -> None:
+        if values is None:
+            raise Tenant.DoesNotExist("The workspace no longer exists.")
+        # (Django has psycopg hand JSON over as text.)
+        for name, value in zip(self.TENANT_FIELDS, json.loads(values), strict=True):
+            setattr(self.tenant, name, value)
 
     def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
         if exc_type is not None:
             return  # the transaction is aborted; rolling it back undoes SET LOCAL
+        if not self.nested:
+            return  # the transaction.atomic() around this is the outermost: its end undoes SET LOCAL
         restore = {name: value for name, value in self.saved.items() if value}
         with connection.cursor() as cursor:
             if restore:
@@ -650,8 +702,9 @@ class ReadQuery:
     lexemes: tuple[str, ...] = ()
 
 
-def read_query_for(query: str, vector: list[float] | None, ranking: Ranking) -> ReadQuery:
-    lexemes = query_lexemes(query)
+def read_query_for(query: str, vector: list[float] | None, ranking: Ranking, *,
+                   lexemes: Sequence[str] | None = None) -> ReadQuery:
+    lexemes = query_lexemes(query) if lexemes is None else list(lexemes)
     return ReadQuery(text=query, vector=vector, tsquery=tsquery_for(query, ranking, lexemes=lexemes),
                      lexemes=tuple(lexemes))
 
@@ -677,14 +730,14 @@ def index_queries(
     predicate = index_filter(policy)
     found: dict[uuid.UUID, Candidate] = {}
     if read_query.vector is not None and ranking.fusion != "lexical":
-        deadline.arm()
+        deadline.check()
         with phase("vector_query"):
             ranked = vector_candidates(predicate, read_query.vector, pool)
         for rank, pk in enumerate(ranked):
             found.setdefault(pk, Candidate()).vector_rank = rank
     # Without a query vector (embedder down) full-text answers alone.
     if read_query.tsquery is not None and (ranking.fusion != "vector" or read_query.vector is None):
-        deadline.arm()
+        deadline.check()
         with phase("lexical_query"):
             if ranking.lexical_ranker == "bm25":
                 ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found))
@@ -726,13 +779,19 @@ def is_hedged(query: str) -> bool:
     return QUESTION_FORM_WORDS.search(query) is not None
 
 
+def _lexemes_sql(query: str) -> tuple[str, list[str]]:
+    """The expression (and its parameters) that gives the query's lexemes."""
+    return ("tsvector_to_array(to_tsvector(%s::regconfig, %s))",
+            [TEXT_SEARCH_CONFIG, QUESTION_FORM_WORDS.sub(" ", query)])
+
+
 def query_lexemes(query: str) -> list[str]:
     """The query's lexemes, stemmed and stop-worded by the same configuration
     as the stored search vectors, once each, without the words that only give
     a question its form."""
+    sql, params = _lexemes_sql(query)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))",
-                       [TEXT_SEARCH_CONFIG, QUESTION_FORM_WORDS.sub(" ", query)])
+        cursor.execute("SELECT " + sql, params)
         return list(cursor.fetchone()[0] or [])
 
 

@@ -100,7 +100,6 @@ def test_both_index_queries_carry_the_visibility_predicate(bruno):
         assert '"recorded_at" <=' in statement
         assert '"retired_at" IS NULL' in statement
     assert any("hnsw.iterative_scan" in s and "relaxed_order" in s for s in sql)
-    assert any("statement_timeout" in s for s in sql)
 
 
 def test_filters_narrow_the_result(bruno, shared_fragment):

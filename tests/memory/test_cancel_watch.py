@@ -1,0 +1,86 @@
+"""A read's deadline cancels the statement it is running through PostgreSQL's
+cancel request, without a statement of its own (memoryhub.cancel_watch)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from memoryhub import cancel_watch
+
+
+def test_a_watch_past_its_deadline_cancels_once_and_one_ended_in_time_never():
+    fired = threading.Event()
+    calls: list[str] = []
+
+    def cancel(name: str):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            calls.append(name)
+            fired.set()
+        return run
+
+    with cancel_watch.watching(time.monotonic() + 60, cancel("in time")):
+        pass
+    with cancel_watch.watching(time.monotonic() + 0.05, cancel("late")) as watch:
+        assert fired.wait(5)
+    time.sleep(0.1)
+    assert calls == ["late"] and watch.fired and not watch.active
+
+
+def test_a_watch_does_not_end_while_its_cancel_is_being_sent():
+    sending, sent = threading.Event(), threading.Event()
+
+    def slow_cancel() -> None:
+        sending.set()
+        time.sleep(0.3)
+        sent.set()
+
+    with cancel_watch.watching(time.monotonic(), slow_cancel):
+        assert sending.wait(5)
+    # The block could only end once the cancel had gone: nothing issued after it can be hit.
+    assert sent.is_set()
+
+
+def test_a_failing_cancel_is_logged_and_the_watcher_goes_on(caplog):
+    def broken() -> None:
+        raise OSError("no route")
+
+    with cancel_watch.watching(time.monotonic(), broken) as watch:
+        deadline = time.monotonic() + 5
+        while not watch.fired and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert "could not send the cancel request" in caplog.text
+    later = threading.Event()
+    with cancel_watch.watching(time.monotonic(), later.set):
+        assert later.wait(5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_that_finds_the_connection_between_statements_is_dropped_by_postgresql():
+    connection.ensure_connection()
+    raw = connection.connection
+    with cancel_watch.watching(time.monotonic(), raw.cancel_safe) as watch:
+        deadline = time.monotonic() + 5
+        while not watch.fired and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert watch.fired
+    time.sleep(0.2)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(0.3), 1")
+        assert cursor.fetchone()[1] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_running_at_the_deadline_is_cancelled():
+    connection.ensure_connection()
+    raw = connection.connection
+    started = time.monotonic()
+    with cancel_watch.watching(started + 0.2, raw.cancel_safe), pytest.raises(Exception) as caught:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(10)")
+    assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
+    assert time.monotonic() - started < 5
