@@ -97,17 +97,33 @@ def record_of(receipt: Receipt) -> dict[str, Any]:
     }
 
 
+_CHAIN_FIELDS = ("chain_seq", "chain_prev", "chain_hash")
+
+
 def receipt_append(receipt: Receipt) -> Receipt:
-    """Give `receipt` the next place in its workspace's chain and insert it:
-    two statements, inside the caller's transaction (the search's), which
-    holds the chain head until it commits."""
+    """Give `receipt` the next place in its workspace's chain and insert it,
+    in one statement (`APPEND` and the insert that takes its place from it),
+    inside the caller's transaction (the search's), which holds the chain
+    head until it commits."""
     if not connection.in_atomic_block:
         raise RuntimeError("a receipt joins the chain inside the transaction of the read it records")
+    # Every other column as Model.save() would write it.
+    stored = [field for field in Receipt._meta.concrete_fields if field.attname not in _CHAIN_FIELDS]
+    values = {f"v{number}": field.get_db_prep_save(field.pre_save(receipt, True), connection)
+              for number, field in enumerate(stored)}
+    quote = connection.ops.quote_name
+    columns = ", ".join([*(quote(str(field.column)) for field in stored),
+                         *(quote(name) for name in _CHAIN_FIELDS)])
+    placed = ", ".join([*(f"%({name})s" for name in values),
+                        "(SELECT seq FROM link)", "(SELECT prev FROM link)", "(SELECT head FROM link)"])
     with connection.cursor() as cursor:
-        cursor.execute(APPEND, {"tenant": receipt.tenant_id, "genesis": GENESIS,
-                                "content": content_hash(record_of(receipt))})
+        cursor.execute(
+            f"WITH link AS ({APPEND}) INSERT INTO {quote(Receipt._meta.db_table)} ({columns}) "  # noqa: S608 - our model's names
+            f"VALUES ({placed}) RETURNING {', '.join(_CHAIN_FIELDS)}",
+            {"tenant": receipt.tenant_id, "genesis": GENESIS, "content": content_hash(record_of(receipt)), **values},
+        )
         receipt.chain_seq, receipt.chain_prev, receipt.chain_hash = cursor.fetchone()
-    receipt.save(force_insert=True)
+    receipt._state.adding, receipt._state.db = False, connection.alias
     return receipt
 
 

@@ -8,7 +8,7 @@ import time
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
 from memoryhub import cancel_watch
 
@@ -79,8 +79,8 @@ def test_a_statement_running_at_the_deadline_is_cancelled():
     connection.ensure_connection()
     raw = connection.connection
     started = time.monotonic()
-    with cancel_watch.watching(started + 0.2, raw.cancel_safe), pytest.raises(Exception) as caught:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_sleep(10)")
+    with cancel_watch.watching(started + 0.2, raw.cancel_safe), pytest.raises(OperationalError) as caught, \
+            connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(10)")
     assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
     assert time.monotonic() - started < 5

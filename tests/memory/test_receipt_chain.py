@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import IntegrityError, connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from contract import receipt_chain as chain_format
 from memoryhub.errors import PermissionDenied
 from memoryhub.mcp_adapter.render import receipt_output
 from memoryhub.models import Fragment, Receipt, ReceiptChain, ReceiptCheckpoint
-from memoryhub.services import receipt_chain
+from memoryhub.services import receipt_chain, search
 from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
 from tests.conftest import make_people
@@ -93,7 +93,7 @@ def test_each_workspace_has_its_own_chain(people, bruno):
     assert other.tenant == people.globex and other.chain_seq == 1 and other.chain_prev == chain_format.GENESIS
 
 
-def test_joining_the_chain_costs_one_statement(bruno, shared_fragment):
+def test_joining_the_chain_and_storing_the_receipt_cost_one_statement(bruno, shared_fragment):
     shared_fragment("Rotate the TLS certificates every quarter.")
     _searches(bruno, 1)
     with CaptureQueriesContext(connection) as captured:
@@ -101,19 +101,18 @@ def test_joining_the_chain_costs_one_statement(bruno, shared_fragment):
     chain_statements = [q["sql"] for q in captured.captured_queries if "memoryhub_receiptchain" in q["sql"]]
     receipt_statements = [q["sql"] for q in captured.captured_queries if "memoryhub_receipt\"" in q["sql"]
                           or "memoryhub_receipt " in q["sql"]]
-    assert len(chain_statements) == 1 and chain_statements[0].lstrip().startswith("INSERT")
-    assert len(receipt_statements) == 1 and receipt_statements[0].startswith("INSERT")
+    assert len(chain_statements) == 1 and chain_statements[0].lstrip().startswith("WITH link AS (")
+    assert receipt_statements == chain_statements and 'INSERT INTO "memoryhub_receipt"' in chain_statements[0]
 
 
 def test_a_failed_receipt_leaves_the_chain_as_it_was(bruno, monkeypatch):
     _searches(bruno, 1)
     before = ReceiptChain.objects.get(tenant=bruno.tenant).seq
 
-    def fail(self, *args, **kwargs):
-        raise RuntimeError("receipt storage failed")
-
-    monkeypatch.setattr(Receipt, "save", fail)
-    with pytest.raises(RuntimeError):
+    # The receipt cannot be stored (its id is taken): the chain's head does not move either.
+    taken = Receipt.objects.filter(tenant=bruno.tenant).values_list("pk", flat=True).first()
+    monkeypatch.setattr(search, "new_receipt_id", lambda: taken)
+    with pytest.raises(IntegrityError):
         fragments_search(caller=bruno, query="anything")
     monkeypatch.undo()
     assert ReceiptChain.objects.get(tenant=bruno.tenant).seq == before

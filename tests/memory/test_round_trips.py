@@ -14,8 +14,8 @@ from memoryhub.services.search import fragments_search
 # BEGIN, the prologue (planner settings, the workspace's search settings, the
 # query's lexemes), the caller's roles and what they open, the vector query,
 # BM25, the row check, the served hits' agents and documents (two), the
-# receipt chain's head, the receipt, COMMIT.
-SEARCH_STATEMENTS = 11
+# receipt with its place in the chain, COMMIT.
+SEARCH_STATEMENTS = 10
 
 
 def _statements(caller, query: str) -> list[str]:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -271,13 +271,12 @@ def test_the_receipt_is_written_in_the_reads_transaction(people, bruno, monkeypa
     from django.db.models import Q
 
     private_fragment(people.caller(people.cleo), "Cleo's note about TLS certificates.")
+    fragments_search(caller=bruno, query="anything")
+    taken = Receipt.objects.filter(tenant=bruno.tenant).values_list("pk", flat=True).get()
     monkeypatch.setattr(search, "index_filter", lambda policy: Q())  # provoke an alarm inside the read
-
-    def fail(self, *args, **kwargs):
-        raise RuntimeError("receipt storage failed")
-
-    monkeypatch.setattr(Receipt, "save", fail)
-    with pytest.raises(RuntimeError):
+    # The receipt cannot be stored: its id is taken.
+    monkeypatch.setattr(search, "new_receipt_id", lambda: taken)
+    with pytest.raises(IntegrityError):
         fragments_search(caller=bruno, query="TLS certificates")
     # The alarm written earlier in the same transaction went with it: nothing half-recorded.
     assert not EnforcementAlarm.objects.exists()
