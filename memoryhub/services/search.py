@@ -148,7 +148,8 @@ JUDGMENT_WEIGHT = 0.5
 # (ranking_revision), so no change to it can pass for the identical ranking.
 ORDERING_CODE = (
     "candidate_pool", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes", "tsquery_for",
-    "index_queries", "vector_candidates", "lexical_scored", "_lexical_rank", "lexical_candidates", "_checked_rows",
+    "index_queries", "_nearest", "vector_candidates", "lexical_scored", "_lexical_rank", "lexical_candidates",
+    "_checked_rows",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches", "_fuse",
     "_arrange", "is_hedged",
 )
@@ -729,18 +730,35 @@ def index_queries(
     pool = candidate_pool(limit)
     predicate = index_filter(policy)
     found: dict[uuid.UUID, Candidate] = {}
-    if read_query.vector is not None and ranking.fusion != "lexical":
+    wants_vector = read_query.vector is not None and ranking.fusion != "lexical"
+    wants_lexical = read_query.tsquery is not None and (ranking.fusion != "vector" or read_query.vector is None)
+    if wants_vector and wants_lexical and ranking.lexical_ranker == "bm25" and read_query.lexemes:
+        # Both pools in one statement: the vector pool is a part of BM25's.
+        deadline.check()
+        with phase("index_query"):
+            vector_ranked, ranked, scores = lexical_scored(predicate, read_query, pool, ranking,
+                                                           vector=read_query.vector)
+        for rank, pk in enumerate(vector_ranked):
+            found.setdefault(pk, Candidate()).vector_rank = rank
+        for pk, candidate in found.items():
+            candidate.lexical_score = scores.get(pk, 0.0)
+        for pk, score in scores.items():
+            found.setdefault(pk, Candidate()).lexical_score = score
+        for rank, pk in enumerate(ranked):
+            found[pk].lexical_rank = rank
+        return found
+    if wants_vector and read_query.vector is not None:
         deadline.check()
         with phase("vector_query"):
             ranked = vector_candidates(predicate, read_query.vector, pool)
         for rank, pk in enumerate(ranked):
             found.setdefault(pk, Candidate()).vector_rank = rank
     # Without a query vector (embedder down) full-text answers alone.
-    if read_query.tsquery is not None and (ranking.fusion != "vector" or read_query.vector is None):
+    if wants_lexical and read_query.tsquery is not None:
         deadline.check()
         with phase("lexical_query"):
             if ranking.lexical_ranker == "bm25":
-                ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found))
+                _, ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found))
                 for pk, score in scores.items():
                     found.setdefault(pk, Candidate()).lexical_score = score
                 for pk in found.keys() - scores.keys():
@@ -752,13 +770,16 @@ def index_queries(
     return found
 
 
-def vector_candidates(predicate, query_vector: list[float], k: int) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
+def _nearest(predicate, query_vector: list[float], k: int):  # type: ignore[no-untyped-def]
+    """The `k` nearest visible fragments' ids and distances."""
     # ORDER BY the distance alone (no tie-breaker) so the planner can walk the HNSW index.
-    return list(
-        Fragment.objects.filter(predicate, embedding__isnull=False)
-        .order_by(CosineDistance("embedding", query_vector))
-        .values_list("pk", flat=True)[:k]
-    )
+    return (Fragment.objects.filter(predicate, embedding__isnull=False)
+            .annotate(distance=CosineDistance("embedding", query_vector))
+            .order_by("distance").values_list("pk", "distance")[:k])
+
+
+def vector_candidates(predicate, query_vector: list[float], k: int) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
+    return [pk for pk, _ in _nearest(predicate, query_vector, k)]
 
 
 _LEXEME_QUOTE = re.compile(r"['\\]")
@@ -821,8 +842,8 @@ def _sql(queryset) -> tuple[str, tuple]:  # type: ignore[no-untyped-def]
 
 def lexical_scored(  # type: ignore[no-untyped-def]
     predicate, read_query: ReadQuery, k: int, ranking: Ranking, *, also: Sequence[uuid.UUID] = (),
-    cap: int = LEXICAL_MATCH_CAP,
-) -> tuple[list[uuid.UUID], dict[uuid.UUID, float]]:
+    cap: int = LEXICAL_MATCH_CAP, vector: list[float] | None = None,
+) -> tuple[list[uuid.UUID], list[uuid.UUID], dict[uuid.UUID, float]]:
     """Okapi BM25 over what this reader may see, in one statement.
 
     Every statistic is the reader's own: the number of fragments N and their
@@ -835,13 +856,18 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     would reach), an absolute scale in [0, 1) fusion and the relevance floor
     can rely on.
 
-    Returns the top `k` matches (of the newest `cap` matches, ties by id) in
-    order, and the scores of those and of the fragments `also` names that
-    match (scored whether or not they are among the newest `cap`).
+    With `vector`, the same statement first finds the vector pool (the `k`
+    nearest visible fragments, vector_candidates' query) and scores it as
+    it scores `also`.
+
+    Returns the vector pool in order (empty without `vector`), the top `k`
+    matches (of the newest `cap` matches, ties by id) in order, and the
+    scores of those and of the fragments of the vector pool and of `also`
+    that match (scored whether or not they are among the newest `cap`).
     """
     lexemes = list(read_query.lexemes)
     if not lexemes:
-        return [], {}
+        return (vector_candidates(predicate, vector, k) if vector is not None else []), [], {}
     # The policy's predicate compiled once; every part of the statement reads
     # the fragments through it (PostgreSQL pulls the subquery up, so each
     # lexeme's count still walks the full-text index).
@@ -854,8 +880,17 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         f"({number}, (SELECT count(*) FROM {visible} WHERE v.search_vector @@ %s::tsquery))"  # noqa: S608
         for number in range(1, len(lexemes) + 1)
     )
+    pool_sql, pool_params = "", ()
+    also_sql, also_params = "%s::uuid[]", [list(also)]
+    if vector is not None:
+        nearest_sql, nearest_params = _sql(_nearest(predicate, vector, k))
+        # MATERIALIZED: walked once, by the HNSW index, whatever reads it.
+        pool_sql = (f"pool AS MATERIALIZED (SELECT x.id, row_number() OVER (ORDER BY x.distance, x.id) AS rank "  # noqa: S608
+                    f"FROM ({nearest_sql}) AS x(id, distance)), ")
+        pool_params = nearest_params
+        also_sql, also_params = "ARRAY(SELECT id FROM pool)", []
     sql = f"""
-    WITH stats AS (
+    WITH {pool_sql}stats AS (
         SELECT count(*)::float8 AS n, coalesce(avg(v.search_length), 0)::float8 AS avgdl FROM {visible}
     ), terms AS (
         SELECT t.lexeme, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf
@@ -868,7 +903,7 @@ def lexical_scored(  # type: ignore[no-untyped-def]
           ORDER BY v.recorded_at DESC, v.id LIMIT %s)
         UNION
         (SELECT v.id, v.search_vector, v.search_length FROM {visible}
-          WHERE v.id = ANY(%s::uuid[]) AND v.search_vector @@ %s::tsquery)
+          WHERE v.id = ANY({also_sql}) AND v.search_vector @@ %s::tsquery)
     ), scored AS (
         SELECT m.id, sum(t.idf * w.tf * %s / (w.tf + %s * (1 - %s + %s * m.search_length / greatest(s.avgdl, 1))))
                / (SELECT sum(idf) * %s FROM terms) AS score
@@ -879,27 +914,31 @@ def lexical_scored(  # type: ignore[no-untyped-def]
          CROSS JOIN LATERAL (SELECT sum(CASE WHEN x = 'A' THEN %s ELSE 1.0 END)::float8 AS tf
                                FROM unnest(u.weights) AS x) AS w
          GROUP BY m.id
+    ), ranked AS (
+        SELECT id, score, rank FROM (
+            SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank FROM scored
+        ) AS ordered
+        WHERE rank <= %s OR id = ANY({also_sql})
     )
-    SELECT id, score, rank FROM (
-        SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank FROM scored
-    ) AS ranked
-    WHERE rank <= %s OR id = ANY(%s::uuid[])
-    ORDER BY rank
+    {"SELECT id, ranked.score, ranked.rank, pool.rank FROM ranked FULL JOIN pool USING (id)"
+     if vector is not None else "SELECT id, score, rank, NULL FROM ranked"}
+    ORDER BY 3, 4
     """  # noqa: S608
     # Quoted lexemes cast to tsquery are taken as they are (to_tsquery would
     # parse 'state-of-the-art' again, into a phrase no vector holds).
     matching = " | ".join(_quoted(lexeme) for lexeme in lexemes)
     params = (
-        *visible_params, lexemes,
+        *pool_params, *visible_params, lexemes,
         *(param for lexeme in lexemes for param in (*visible_params, _quoted(lexeme))),
-        *visible_params, matching, cap, *visible_params, list(also), matching,
-        k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, list(also),
+        *visible_params, matching, cap, *visible_params, *also_params, matching,
+        k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, *also_params,
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    ranked = [pk for pk, _, rank in rows if rank <= k]
-    return ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _ in rows}
+    pool = [pk for pk, _, _, pool_rank in sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])]
+    ranked = [pk for pk, _, rank, _ in rows if rank is not None and rank <= k]
+    return pool, ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _, _ in rows if score is not None}
 
 
 def _lexical_rank(tsquery: SearchQuery, ranking: Ranking) -> SearchRank:

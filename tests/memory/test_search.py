@@ -89,11 +89,12 @@ def test_both_index_queries_carry_the_visibility_predicate(bruno):
     row_check = '"memoryhub_fragment"."id" IN (\''
     vector = [s for s in sql if "<=>" in s and "ORDER BY" in s and "LIMIT" in s and row_check not in s]
     lexical = [s for s in sql if "@@" in s and "ORDER BY" in s]
-    assert len(vector) == 1 and len(lexical) == 1
-    # BM25's statistics (N, mean length, each lexeme's frequency) and its
-    # matches (the newest ones, and the vector candidates') each carry the
-    # predicate: nothing outside it is counted.
-    assert lexical[0].count('"retired_at" IS NULL') == 3 + len(search.query_lexemes("VPN config vault"))
+    # One statement finds both pools.
+    assert len(vector) == 1 and vector == lexical
+    # The vector pool, BM25's statistics (N, mean length, each lexeme's
+    # frequency) and its matches (the newest ones, and the vector pool's)
+    # each carry the predicate: nothing outside it is counted.
+    assert lexical[0].count('"retired_at" IS NULL') == 4 + len(search.query_lexemes("VPN config vault"))
     for statement in vector + lexical:
         assert '"tenant_id" =' in statement
         assert '"owner_user_id" =' in statement
@@ -289,7 +290,7 @@ def test_a_slow_search_is_cancelled_at_its_deadline(bruno, monkeypatch, settings
     def slow(*args, **kwargs):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(5)")
-        return [], {}
+        return [], [], {}
 
     monkeypatch.setattr(search, "lexical_scored", slow)
     receipts = Receipt.objects.count()
@@ -299,6 +300,7 @@ def test_a_slow_search_is_cancelled_at_its_deadline(bruno, monkeypatch, settings
     assert caught.value.code == "deadline_exceeded"
     assert Receipt.objects.count() == receipts
     # The connection is usable afterwards (the aborted savepoint was rolled back).
+    monkeypatch.undo()
     assert fragments_search(caller=bruno, query="VPN config", deadline_seconds=30).hits
 
 
