@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
@@ -915,12 +915,18 @@ def fragment_facts(fragment: Fragment) -> dict[str, Any]:
         "owner_agent_id": fragment.owner_agent_id,
         "collection_id": fragment.collection_id,
         "source_id": fragment.source_id,
-        "source__agent_id": fragment.source.agent_id if fragment.source is not None else None,
+        "source__agent_id": _source_agent_id(fragment),
         "recorded_at": fragment.recorded_at,
         "retired_at": fragment.retired_at,
         "created_at": fragment.created_at,
         **_link_facts(fragment),
     }
+
+
+def _source_agent_id(fragment: Fragment) -> int | None:
+    if hasattr(fragment, "facts_source_agent_id"):  # loaded with_access_facts(prefetch=False)
+        return fragment.facts_source_agent_id  # type: ignore[no-any-return]
+    return fragment.source.agent_id if fragment.source is not None else None
 
 
 def _link_facts(fragment: Fragment) -> dict[str, Any]:
@@ -951,15 +957,17 @@ def _collection_facts(collection: Collection, instant: dt.datetime) -> dict[str,
 
 def with_access_facts(queryset, *, prefetch: bool = True):  # type: ignore[no-untyped-def]
     """`queryset` with what `fragment_facts` reads, in the same statement or
-    prefetched. prefetch=False reads a fragment's agent and document links as
-    arrays in the same statement (far cheaper for a search's hundreds of
-    candidates; prefetch what is then rendered, see search)."""
-    queryset = queryset.select_related("source__agent")
+    prefetched. prefetch=False reads a fragment's source's agent, and its
+    agent and document links, as values and arrays in the same statement,
+    and loads no related object (far cheaper for a search's hundreds of
+    candidates; what is then rendered is completed for the served ones, see
+    search)."""
     if prefetch:
-        return queryset.prefetch_related("agents", "resources")
+        return queryset.select_related("source__agent").prefetch_related("agents", "resources")
     agents = Fragment.agents.through.objects.filter(fragment_id=OuterRef("pk")).order_by("agent_id")
     resources = Fragment.resources.through.objects.filter(fragment_id=OuterRef("pk")).order_by("resource_id")
     return queryset.annotate(
+        facts_source_agent_id=F("source__agent_id"),
         facts_agent_ids=ArraySubquery(agents.values("agent_id")),
         facts_agent_kinds=ArraySubquery(agents.values("agent__kind")),
         facts_resource_ids=ArraySubquery(resources.values("resource__external_id")),

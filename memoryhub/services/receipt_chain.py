@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
 from contract.receipt_chain import (
@@ -109,12 +110,15 @@ def receipt_append(receipt: Receipt) -> Receipt:
         raise RuntimeError("a receipt joins the chain inside the transaction of the read it records")
     # Every other column as Model.save() would write it.
     stored = [field for field in Receipt._meta.concrete_fields if field.attname not in _CHAIN_FIELDS]
-    values = {f"v{number}": field.get_db_prep_save(field.pre_save(receipt, True), connection)
-              for number, field in enumerate(stored)}
+    given = {f"v{number}": field.pre_save(receipt, True) for number, field in enumerate(stored)}
+    # A value left to the database's own default is written as DEFAULT, as save() writes it.
+    values = {name: field.get_db_prep_save(value, connection)
+              for (name, value), field in zip(given.items(), stored, strict=True)
+              if not isinstance(value, DatabaseDefault)}
     quote = connection.ops.quote_name
     columns = ", ".join([*(quote(str(field.column)) for field in stored),
                          *(quote(name) for name in _CHAIN_FIELDS)])
-    placed = ", ".join([*(f"%({name})s" for name in values),
+    placed = ", ".join([*(f"%({name})s" if name in values else "DEFAULT" for name in given),
                         "(SELECT seq FROM link)", "(SELECT prev FROM link)", "(SELECT head FROM link)"])
     with connection.cursor() as cursor:
         cursor.execute(

@@ -48,7 +48,7 @@ from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, OuterRef, Subquery, Value, prefetch_related_objects
+from django.db.models import F, Model, OuterRef, Subquery, Value, prefetch_related_objects
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -58,7 +58,17 @@ from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.embeddings import embedder_class, get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
-from memoryhub.models import TEXT_SEARCH_CONFIG, EnforcementAlarm, Fragment, Receipt, Tenant, new_receipt_id
+from memoryhub.models import (
+    TEXT_SEARCH_CONFIG,
+    Agent,
+    Collection,
+    EnforcementAlarm,
+    Fragment,
+    Receipt,
+    Source,
+    Tenant,
+    new_receipt_id,
+)
 from memoryhub.observability import ENFORCEMENT_ALARMS, phase
 from memoryhub.services import receipt_chain
 from memoryhub.services.arguments import checked_instant, checked_int, checked_strings, checked_text
@@ -314,6 +324,10 @@ class SearchRequest:
 # --------------------------------------------------------------------------- deadline
 
 
+# How long sending one cancel request may take (it is sent again while the read runs on).
+CANCEL_TIMEOUT_SECONDS = 2.0
+
+
 class Deadline:
     """The upstream read's time budget. While the read runs its statements
     (`watching`), a statement still running when the budget is spent is
@@ -337,11 +351,19 @@ class Deadline:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        """The statements run inside are cancelled when the budget is spent."""
+        """The statements run inside are cancelled when the budget is spent,
+        and none starts after it."""
         self.check()
         connection.ensure_connection()
         raw = connection.connection
-        with cancel_watch.watching(self.ends, getattr(raw, "cancel_safe", raw.cancel)):
+        cancel = (functools.partial(raw.cancel_safe, timeout=CANCEL_TIMEOUT_SECONDS) if hasattr(raw, "cancel_safe")
+                  else raw.cancel)
+
+        def checked(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+            self.check()
+            return execute(sql, params, many, context)
+
+        with cancel_watch.watching(self.ends, cancel), connection.execute_wrapper(checked):
             yield
 
     def exceeded(self) -> DeadlineExceeded:
@@ -550,7 +572,9 @@ def _execute(
     withhold = tenant.stale_policy == Tenant.StalePolicy.WITHHOLD
     if not withhold:
         ranked = ranked[: request.limit]
-    # What is served is rendered with its agents and documents (the row check read them as arrays).
+    # What is served is rendered with its collection, source, agents and
+    # documents (the row check read them as values and arrays).
+    _with_related([hit.fragment for hit in ranked])
     prefetch_related_objects([hit.fragment for hit in ranked], "agents", "resources")
     provenance = provenance_for(caller, [hit.fragment for hit in ranked], named_agent_ids=policy.named_agent_ids,
                                 audience=policy.audience, instant=as_of)
@@ -865,6 +889,8 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     scores of those and of the fragments of the vector pool and of `also`
     that match (scored whether or not they are among the newest `cap`).
     """
+    if vector is not None and also:
+        raise ValueError("with `vector`, the vector pool is what is scored besides the matches")
     lexemes = list(read_query.lexemes)
     if not lexemes:
         return (vector_candidates(predicate, vector, k) if vector is not None else []), [], {}
@@ -971,6 +997,28 @@ def row_refusal(policy: ReadPolicy, fragment: Fragment) -> str | None:
     return policy.refusal(fragment)
 
 
+def _partial(model: type[Model], values: dict[str, Any]) -> Model:
+    """An instance of `model` with these fields loaded (any other is read from
+    the database if used)."""
+    names = [item.attname for item in model._meta.concrete_fields if item.attname in values]
+    return model.from_db(connection.alias, names, [values[name] for name in names])
+
+
+def _with_related(fragments: Sequence[Fragment]) -> None:
+    """Give served fragments their collection (its name) and their source
+    (its agent's name), from what the row check read."""
+    for fragment in fragments:
+        read = vars(fragment)  # the row check's annotations
+        if fragment.collection_id is not None:
+            fragment.collection = _partial(  # type: ignore[assignment]
+                Collection, {"id": fragment.collection_id, "name": read["shown_collection_name"]})
+        if fragment.source_id is not None:
+            agent_id = read["facts_source_agent_id"]
+            source = _partial(Source, {"id": fragment.source_id, "agent_id": agent_id})
+            source.agent = _partial(Agent, {"id": agent_id, "name": read["shown_source_agent_name"]})  # type: ignore[attr-defined]
+            fragment.source = source  # type: ignore[assignment]
+
+
 def _checked_rows(
     *, policy: ReadPolicy, candidates: dict[uuid.UUID, Candidate], read_query: ReadQuery, load_embeddings: bool,
     ranking: Ranking | None = None,
@@ -979,8 +1027,10 @@ def _checked_rows(
     already scored every vector candidate; a ts_rank ranking scores it here),
     and check it again."""
     ranking = ranking or RANKING
+    # Related objects are not built for every candidate: what rendering the
+    # served ones needs comes as values (_with_related).
     queryset = access.with_access_facts(Fragment.objects.filter(pk__in=list(candidates)), prefetch=False) \
-        .select_related("collection")
+        .annotate(shown_collection_name=F("collection__name"), shown_source_agent_name=F("source__agent__name"))
     if read_query.vector is not None:
         queryset = queryset.annotate(distance=CosineDistance("embedding", read_query.vector))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":

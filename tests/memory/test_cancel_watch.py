@@ -27,8 +27,11 @@ def test_a_watch_past_its_deadline_cancels_once_and_one_ended_in_time_never():
         pass
     with cancel_watch.watching(time.monotonic() + 0.05, cancel("late")) as watch:
         assert fired.wait(5)
-    time.sleep(0.1)
-    assert calls == ["late"] and watch.fired and not watch.active
+    time.sleep(0.3)
+    # Sent again while the block lasted, if it did; never once it ended, and never for the one in time.
+    settled = len(calls)
+    time.sleep(0.3)
+    assert set(calls) == {"late"} and len(calls) == settled and watch.fired and not watch.active
 
 
 def test_a_watch_does_not_end_while_its_cancel_is_being_sent():
@@ -84,3 +87,37 @@ def test_a_statement_running_at_the_deadline_is_cancelled():
         cursor.execute("SELECT pg_sleep(10)")
     assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_that_reached_the_server_after_the_first_cancel_is_cancelled_by_the_next():
+    connection.ensure_connection()
+    raw = connection.connection
+    with cancel_watch.watching(time.monotonic(), raw.cancel_safe) as watch:
+        deadline = time.monotonic() + 5
+        while not watch.fired and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the first cancel found the connection idle and was dropped
+        started = time.monotonic()
+        with pytest.raises(OperationalError) as caught, connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(10)")
+    assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_statement_starts_after_a_reads_deadline():
+    from memoryhub.errors import DeadlineExceeded
+    from memoryhub.services.search import Deadline
+
+    deadline = Deadline(0.2)
+    with pytest.raises(DeadlineExceeded), deadline.watching():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        time.sleep(0.3)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 2")
+    # Outside a watch nothing is checked.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 3")
+        assert cursor.fetchone() == (3,)

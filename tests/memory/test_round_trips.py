@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from memoryhub.mcp_adapter.render import search_output
 from memoryhub.services import ingest
 from memoryhub.services.search import fragments_search
 
@@ -19,9 +20,16 @@ SEARCH_STATEMENTS = 9
 
 
 def _statements(caller, query: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The statements of one search, rendered as memory_search answers it."""
     with CaptureQueriesContext(connection) as captured:
         result = fragments_search(caller=caller, query=query)
+        rendered = search_output(result)
+        collections = {hit.fragment.collection.name for hit in result.hits}
     assert result.hits
+    # Every served fragment comes with its source's agent (the wiki's) and its collection's name, read
+    # with the row check: rendering them costs no statement.
+    assert all(hit["agents"] for hit in rendered["fragments"]), rendered
+    assert collections == {"runbooks"}
     return [entry["sql"] for entry in captured.captured_queries]
 
 
