@@ -61,6 +61,7 @@ The rules (decisions 4-7 of the spec):
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Collection as CollectionOf
 from collections.abc import Iterable, Mapping, Sequence
@@ -579,6 +580,29 @@ def role_audience(caller: Caller) -> Audience:
     in one statement."""
     if caller.kind == "system":
         return Audience(role_names=(), collection_ids=frozenset())
+    return _audience_of_rows(list(_held_roles(caller)))
+
+
+def role_audience_sql(caller: Caller) -> tuple[str, list[Any]] | None:
+    """role_audience as one SQL expression, for a statement that reads more
+    than the audience (a search's first): a JSON array of [role name,
+    [collection ids]]; audience_of reads its value. None for the system
+    caller, whose audience is empty."""
+    if caller.kind == "system":
+        return None
+    sql, params = _held_roles(caller).query.sql_with_params()
+    return (f"(SELECT coalesce(jsonb_agg(jsonb_build_array(held.name, held.opened)), '[]'::jsonb) "  # noqa: S608 - Django's SQL
+            f"FROM ({sql}) AS held(name, opened))", list(params))
+
+
+def audience_of(value: str | list[Any]) -> Audience:
+    """The Audience of a role_audience_sql value (JSON text, as Django has psycopg hand it over, or decoded)."""
+    rows = json.loads(value) if isinstance(value, str) else value
+    return _audience_of_rows([(name, opened or []) for name, opened in rows])
+
+
+def _held_roles(caller: Caller):  # type: ignore[no-untyped-def]
+    """The caller's roles as (name, ids of the collections its access rules open)."""
     if caller.user is not None:
         roles = Role.objects.filter(tenant=caller.tenant, memberships__user=caller.user,
                                     memberships__tenant=caller.tenant)
@@ -586,7 +610,10 @@ def role_audience(caller: Caller) -> Audience:
         assert caller.agent is not None
         roles = Role.objects.filter(tenant=caller.tenant, agents=caller.agent)
     opened = AccessRule.objects.filter(tenant=caller.tenant, role=OuterRef("pk"), collection__tenant=caller.tenant)
-    held = list(roles.annotate(opened=ArraySubquery(opened.values("collection_id"))).values_list("name", "opened"))
+    return roles.annotate(opened=ArraySubquery(opened.values("collection_id"))).values_list("name", "opened")
+
+
+def _audience_of_rows(held: list[tuple[str, list[int]]]) -> Audience:
     return Audience(role_names=tuple(sorted(name for name, _ in held)),
                     collection_ids=frozenset(pk for _, opened in held for pk in opened))
 

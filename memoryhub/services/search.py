@@ -525,13 +525,13 @@ def search_execute(
     tenant = caller.tenant
     # One statement: the planner settings, the workspace's search settings as
     # they are now, and the query's lexemes.
-    with deadline.watching(), index_settings(query=request.query, tenant=tenant) as prologue:
+    with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
         judging = tenant.judgment_plane and bool(request.task or request.task_tags)
         task_vector = vectors[1] if judging and vectors and task_text else None
         execution = _execute(
             caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt_id,
             ranking=ranking or RANKING, query_vector=query_vector, task_vector=task_vector, judging=judging,
-            lexemes=prologue.lexemes,
+            lexemes=prologue.lexemes, audience=prologue.audience,
         )
     if budget is not None and execution.result.hits:
         result = execution.result
@@ -545,12 +545,12 @@ def search_execute(
 def _execute(
     *, caller: Caller, request: SearchRequest, as_of: dt.datetime, deadline: Deadline, receipt_id: str,
     ranking: Ranking, query_vector: list[float] | None, task_vector: list[float] | None, judging: bool,
-    lexemes: Sequence[str] | None = None,
+    lexemes: Sequence[str] | None = None, audience: access.Audience | None = None,
 ) -> Execution:
     tenant = caller.tenant
     policy = access.read_policy(
         caller=caller, as_of=as_of, agents=request.agents, resource_ids=request.resource_ids,
-        created_after=request.created_after, created_before=request.created_before,
+        created_after=request.created_after, created_before=request.created_before, audience=audience,
     )
     candidates, rows, alarms = scored_candidates(
         policy=policy, query=request.query, query_vector=query_vector, limit=request.limit, deadline=deadline,
@@ -639,16 +639,20 @@ class index_settings:
     own, which ends right after, only the first.
 
     The same first statement also reads, when asked, the query's lexemes
-    (`query`: query_lexemes, into `lexemes`) and the workspace's search
-    settings as they are now (`tenant`: its judgment plane, relevance floor
-    and stale policy, set on it)."""
+    (`query`: query_lexemes, into `lexemes`), the caller's audience as
+    access.py decides it (`caller`: access.role_audience_sql, into
+    `audience`) and the workspace's search settings as they are now
+    (`tenant`: its judgment plane, relevance floor and stale policy, set on
+    it)."""
 
     RESTORED = ("hnsw.ef_search", "hnsw.iterative_scan")
     TENANT_FIELDS = ("judgment_plane", "relevance_floor", "stale_policy")
 
-    def __init__(self, *, query: str | None = None, tenant: Tenant | None = None) -> None:
-        self.query, self.tenant = query, tenant
+    def __init__(self, *, query: str | None = None, tenant: Tenant | None = None,
+                 caller: Caller | None = None) -> None:
+        self.query, self.tenant, self.caller = query, tenant, caller
         self.lexemes: list[str] | None = None
+        self.audience: access.Audience | None = None
 
     def __enter__(self) -> index_settings:
         wanted = {"hnsw.ef_search": str(hnsw_ef_search()), "hnsw.iterative_scan": "relaxed_order"}
@@ -658,6 +662,10 @@ class index_settings:
             sql, lexeme_params = _lexemes_sql(self.query)
             columns.append(sql)
             params += lexeme_params
+        audience_sql = access.role_audience_sql(self.caller) if self.caller is not None else None
+        if audience_sql is not None:
+            columns.append(audience_sql[0])
+            params += audience_sql[1]
         if self.tenant is not None:
             table = Tenant._meta.db_table
             fields = ", ".join(self.TENANT_FIELDS)
@@ -673,6 +681,8 @@ class index_settings:
         rest = row[len(self.RESTORED) + len(wanted):]
         if self.query is not None:
             self.lexemes = list(rest.pop(0) or [])
+        if audience_sql is not None:
+            self.audience = access.audience_of(rest.pop(0))
         if self.tenant is not None:
             self._set_tenant(rest.pop(0))
         return self

@@ -13,10 +13,10 @@ from memoryhub.services import ingest
 from memoryhub.services.search import fragments_search
 
 # BEGIN, the prologue (planner settings, the workspace's search settings, the
-# query's lexemes), the caller's roles and what they open, both index pools
+# query's lexemes, the caller's roles and what they open), both index pools
 # (the vector pool inside BM25's statement), the row check, the served hits'
 # agents and documents (two), the receipt with its place in the chain, COMMIT.
-SEARCH_STATEMENTS = 9
+SEARCH_STATEMENTS = 8
 
 
 def _statements(caller, query: str) -> list[str]:  # type: ignore[no-untyped-def]
