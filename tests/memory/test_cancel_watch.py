@@ -13,6 +13,26 @@ from django.db import OperationalError, connection
 from memoryhub import cancel_watch
 
 
+@pytest.fixture
+def raw():  # type: ignore[no-untyped-def]
+    """The test database's psycopg connection."""
+    connection.ensure_connection()
+    return connection.connection
+
+
+def _cancelled(caught, started: float) -> None:  # type: ignore[no-untyped-def]
+    """The statement failed as cancelled, long before it would have ended."""
+    assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
+    assert time.monotonic() - started < 5
+
+
+def _wait_fired(watch: cancel_watch.Watch) -> None:
+    deadline = time.monotonic() + 5
+    while not watch.fired and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert watch.fired
+
+
 def test_a_watch_past_its_deadline_cancels_once_and_one_ended_in_time_never():
     fired = threading.Event()
     calls: list[str] = []
@@ -53,9 +73,7 @@ def test_a_failing_cancel_is_logged_and_the_watcher_goes_on(caplog):
         raise OSError("no route")
 
     with cancel_watch.watching(time.monotonic(), broken) as watch:
-        deadline = time.monotonic() + 5
-        while not watch.fired and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_fired(watch)
     assert "could not send the cancel request" in caplog.text
     later = threading.Event()
     with cancel_watch.watching(time.monotonic(), later.set):
@@ -63,13 +81,9 @@ def test_a_failing_cancel_is_logged_and_the_watcher_goes_on(caplog):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_cancel_that_finds_the_connection_between_statements_is_dropped_by_postgresql():
-    connection.ensure_connection()
-    raw = connection.connection
+def test_a_cancel_that_finds_the_connection_between_statements_is_dropped_by_postgresql(raw):
     with cancel_watch.watching(time.monotonic(), raw.cancel_safe) as watch:
-        deadline = time.monotonic() + 5
-        while not watch.fired and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_fired(watch)
     assert watch.fired
     time.sleep(0.2)
     with connection.cursor() as cursor:
@@ -78,31 +92,23 @@ def test_a_cancel_that_finds_the_connection_between_statements_is_dropped_by_pos
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_statement_running_at_the_deadline_is_cancelled():
-    connection.ensure_connection()
-    raw = connection.connection
+def test_a_statement_running_at_the_deadline_is_cancelled(raw):
     started = time.monotonic()
     with cancel_watch.watching(started + 0.2, raw.cancel_safe), pytest.raises(OperationalError) as caught, \
             connection.cursor() as cursor:
         cursor.execute("SELECT pg_sleep(10)")
-    assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
-    assert time.monotonic() - started < 5
+    _cancelled(caught, started)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_statement_that_reached_the_server_after_the_first_cancel_is_cancelled_by_the_next():
-    connection.ensure_connection()
-    raw = connection.connection
+def test_a_statement_that_reached_the_server_after_the_first_cancel_is_cancelled_by_the_next(raw):
     with cancel_watch.watching(time.monotonic(), raw.cancel_safe) as watch:
-        deadline = time.monotonic() + 5
-        while not watch.fired and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_fired(watch)
         time.sleep(0.05)  # the first cancel found the connection idle and was dropped
         started = time.monotonic()
         with pytest.raises(OperationalError) as caught, connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(10)")
-    assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
-    assert time.monotonic() - started < 5
+    _cancelled(caught, started)
 
 
 @pytest.mark.django_db(transaction=True)
