@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +40,8 @@ from urllib.parse import quote, urlencode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DB_MODES, ROOT, bench_database, publish, summary  # noqa: E402
+
+from memoryhub.runtime.children import stop_child  # noqa: E402
 
 MODERN = "2026-07-28"
 SECTION = "## Edge topology: the cost of the exchange hop"
@@ -95,12 +96,7 @@ def process(name: str, target: str, port: int, env: dict[str, str], logs: Path) 
                 time.sleep(0.1)
         yield url
     finally:
-        popen.send_signal(signal.SIGTERM)
-        try:
-            popen.wait(20)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(10)
+        stop_child(popen, grace=20)
 
 
 def seed(edge_url: str) -> str:

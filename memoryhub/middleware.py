@@ -13,7 +13,7 @@ from urllib.parse import unquote_plus
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from memoryhub.services.arguments import unstorable
+from memoryhub.services.arguments import ascii_digits, unstorable
 
 # JSON bodies larger than this are left to the view's own limit (and refusal).
 JSON_INSPECT_MAX_BYTES = 4 * 1024 * 1024
@@ -102,7 +102,7 @@ def _body_problems(request: HttpRequest) -> Iterator[tuple[str, str]]:
                 yield from _checked(f"form field {_shown(key)}", value)
     elif content_type == "application/json" or content_type.endswith("+json"):
         declared = request.META.get("CONTENT_LENGTH") or "0"
-        if not (declared.isascii() and declared.isdigit()) or int(declared) > JSON_INSPECT_MAX_BYTES:
+        if not ascii_digits(declared) or int(declared) > JSON_INSPECT_MAX_BYTES:
             return
         try:
             document = json.loads(request.body)

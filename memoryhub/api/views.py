@@ -24,6 +24,7 @@ from memoryhub.api import errors
 from memoryhub.api.authentication import IngestTokenAuthentication, InsufficientScope, SourcePrincipal
 from memoryhub.errors import InvalidArgument, MemoryhubError
 from memoryhub.services import ingest, sources
+from memoryhub.services.arguments import ascii_digits
 
 # Any document within the field limits fits, its text sent as UTF-8 (or with
 # \u escapes for the BMP); larger bodies are refused before parsing.
@@ -45,7 +46,7 @@ class BoundedJSONParser(JSONParser):
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         too_large = RequestTooLarge(f"The request body is larger than {self.max_bytes} bytes.")
-        if declared and declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
+        if declared and ascii_digits(declared) and int(declared) > self.max_bytes:
             raise too_large
         body = stream.read(self.max_bytes + 1) if stream is not None else b""
         if len(body) > self.max_bytes:

@@ -47,6 +47,7 @@ from memoryhub.services import (
     workspaces,
 )
 from memoryhub.services.agents import AgentCredentials
+from memoryhub.services.arguments import ascii_digits
 
 
 def _role_names(caller: Caller) -> list[str]:
@@ -218,8 +219,7 @@ def collection_change(request: SignedInRequest, collection_id: int, action: str)
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
     value = request.GET.get(name, "")
-    # isascii: str.isdigit() also says yes to "²", which int() refuses.
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
+    return int(value) if ascii_digits(value) and len(value) < 19 else None
 
 
 def _render_access(request: SignedInRequest, caller: Caller, *, form: AccessRuleForm | None = None,

@@ -9,7 +9,6 @@ it started.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import subprocess
@@ -19,15 +18,9 @@ import urllib.request
 from pathlib import Path
 
 from memoryhub.runtime import embedded
+from memoryhub.runtime.children import signal_group
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _signal_group(child: subprocess.Popen, signum: int) -> None:
-    """`signum` to the process group `child` leads (start_new_session), whether
-    or not `child` itself still runs."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signum)
 
 
 def _wait_ready(url: str, children: list[subprocess.Popen], timeout: float = 180) -> bool:
@@ -132,17 +125,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         for child in children:
-            _signal_group(child, signal.SIGTERM)
+            signal_group(child, signal.SIGTERM)
         for child in children:
             try:
                 child.wait(20)
             except subprocess.TimeoutExpired:
-                _signal_group(child, signal.SIGKILL)
+                signal_group(child, signal.SIGKILL)
                 child.wait(5)
         # What a child started and left behind (its leader killed outright: a
         # Celery pool or beat process) goes too, then everything is waited for.
         for child in children:
-            _signal_group(child, signal.SIGKILL)
+            signal_group(child, signal.SIGKILL)
         while used:
             embedded.release(used.pop())
         print("stopped", flush=True)

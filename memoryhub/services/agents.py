@@ -94,23 +94,37 @@ def name_conflict(slug: str) -> Conflict:
     return Conflict(f"An agent or source named {slug!r} already exists in this workspace.", field="name")
 
 
+def name_free(tenant, slug: str) -> None:  # type: ignore[no-untyped-def]
+    """Refuse `slug` when an agent or source of `tenant` already has it."""
+    if name_taken(tenant, slug):
+        raise name_conflict(slug)
+
+
+def credentialed_agent_create(*, caller: Caller, tenant, slug: str, client_name: str,  # type: ignore[no-untyped-def]
+                              **fields) -> tuple[Agent, Application, str]:
+    """An agent or a source's agent with its own OAuth client. Someone may take
+    the name at the same moment: the unique index decides, and the loser's
+    client goes with the Conflict."""
+    with unique_or_conflict(name_conflict(slug)):
+        application, secret = client_credentials_application(client_name, caller.user)
+        agent = Agent.objects.create(tenant=tenant, name=slug, application=application, created_by=caller.user,
+                                     **fields)
+    return agent, application, secret
+
+
 @transaction.atomic
 def agent_register(
     *, caller: Caller, name: str, scopes: Sequence[str], roles: Sequence[str] = (), display_name: str = "",
 ) -> AgentCredentials:
     tenant = access.require_admin(caller)
     slug = agent_name(name)
-    taken = name_conflict(slug)
-    if name_taken(tenant, slug):
-        raise taken
+    name_free(tenant, slug)
     scope_text = _validated_scopes(list(scopes), AGENT_SCOPES)
     granted = roles_named(tenant, roles)
-    with unique_or_conflict(taken):  # its OAuth client goes too if the name was taken a moment ago
-        application, secret = client_credentials_application(f"agent:{tenant.slug}:{slug}", caller.user)
-        agent = Agent.objects.create(
-            tenant=tenant, name=slug, display_name=(display_name or name)[:DISPLAY_NAME_MAX_CHARS],
-            application=application, scopes=scope_text, created_by=caller.user,
-        )
+    agent, application, secret = credentialed_agent_create(
+        caller=caller, tenant=tenant, slug=slug, client_name=f"agent:{tenant.slug}:{slug}",
+        display_name=(display_name or name)[:DISPLAY_NAME_MAX_CHARS], scopes=scope_text,
+    )
     agent.roles.set(granted)
     return AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)
 

@@ -33,6 +33,12 @@ def unstorable(text: str) -> str | None:
     return None
 
 
+def ascii_digits(text: str) -> bool:
+    """Whether `text` is a plain decimal number, ASCII digits only
+    (str.isdigit() also says yes to "²", which int() refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def has_control_character(text: str) -> bool:
     """Whether `text` holds a control character (Unicode Cc: line breaks, tabs,
     ESC, NUL...): never part of an identifier or a link."""

@@ -158,8 +158,8 @@ JUDGMENT_WEIGHT = 0.5
 # (ranking_revision), so no change to it can pass for the identical ranking.
 ORDERING_CODE = (
     "candidate_pool", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes", "tsquery_for",
-    "index_queries", "_nearest", "vector_candidates", "lexical_scored", "_lexical_rank", "lexical_candidates",
-    "_checked_rows",
+    "index_queries", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored", "_lexical_rank",
+    "lexical_candidates", "_checked_rows",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches", "_fuse",
     "_arrange", "is_hedged",
 )
@@ -524,7 +524,7 @@ def search_execute(
     query_vector = vectors[0] if vectors else None
     tenant = caller.tenant
     # One statement: the planner settings, the workspace's search settings as
-    # they are now, and the query's lexemes.
+    # they are now, the query's lexemes and the caller's audience.
     with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
         judging = tenant.judgment_plane and bool(request.task or request.task_tags)
         task_vector = vectors[1] if judging and vectors and task_text else None
@@ -774,12 +774,7 @@ def index_queries(
                                                            vector=read_query.vector)
         for rank, pk in enumerate(vector_ranked):
             found.setdefault(pk, Candidate()).vector_rank = rank
-        for pk, candidate in found.items():
-            candidate.lexical_score = scores.get(pk, 0.0)
-        for pk, score in scores.items():
-            found.setdefault(pk, Candidate()).lexical_score = score
-        for rank, pk in enumerate(ranked):
-            found[pk].lexical_rank = rank
+        _lexical_into(found, ranked, scores)
         return found
     if wants_vector and read_query.vector is not None:
         deadline.check()
@@ -793,15 +788,21 @@ def index_queries(
         with phase("lexical_query"):
             if ranking.lexical_ranker == "bm25":
                 _, ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found))
-                for pk, score in scores.items():
-                    found.setdefault(pk, Candidate()).lexical_score = score
-                for pk in found.keys() - scores.keys():
-                    found[pk].lexical_score = 0.0
+                _lexical_into(found, ranked, scores)
             else:
                 ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)
-        for rank, pk in enumerate(ranked):
-            found.setdefault(pk, Candidate()).lexical_rank = rank
+                for rank, pk in enumerate(ranked):
+                    found.setdefault(pk, Candidate()).lexical_rank = rank
     return found
+
+
+def _lexical_into(found: dict[uuid.UUID, Candidate], ranked: list[uuid.UUID], scores: dict[uuid.UUID, float]) -> None:
+    """BM25's answer into the candidates: every candidate its score (0 for one
+    that does not match), the top matches their ranks."""
+    for pk in found.keys() | scores.keys():
+        found.setdefault(pk, Candidate()).lexical_score = scores.get(pk, 0.0)
+    for rank, pk in enumerate(ranked):
+        found[pk].lexical_rank = rank
 
 
 def _nearest(predicate, query_vector: list[float], k: int):  # type: ignore[no-untyped-def]

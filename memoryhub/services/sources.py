@@ -24,16 +24,14 @@ from memoryhub.services.agents import (
     DISPLAY_NAME_MAX_CHARS,
     AgentCredentials,
     agent_name,
-    client_credentials_application,
     confirmed,
+    credentialed_agent_create,
     credentials_end,
     credentials_rotate,
-    name_conflict,
-    name_taken,
+    name_free,
 )
 from memoryhub.services.arguments import checked_text, storable
 from memoryhub.services.collections import collection_get
-from memoryhub.services.conflicts import unique_or_conflict
 
 SOURCE_KIND_MAX_CHARS = 64
 
@@ -79,16 +77,12 @@ def source_register(
     tenant = access.require_admin(caller)
     slug = agent_name(name)
     kind = checked_text(kind, field="kind", max_chars=SOURCE_KIND_MAX_CHARS).strip() or "documents"
-    taken = name_conflict(slug)
-    if name_taken(tenant, slug):
-        raise taken
+    name_free(tenant, slug)
     default_collection = collection_get(caller=caller, name=collection) if collection else None
-    with unique_or_conflict(taken):  # its OAuth client goes too if the name was taken a moment ago
-        application, secret = client_credentials_application(f"source:{tenant.slug}:{slug}", caller.user)
-        agent = Agent.objects.create(
-            tenant=tenant, name=slug, display_name=name[:DISPLAY_NAME_MAX_CHARS], kind=Agent.Kind.SOURCE,
-            application=application, scopes=INGEST_SCOPE, created_by=caller.user,
-        )
+    agent, application, secret = credentialed_agent_create(
+        caller=caller, tenant=tenant, slug=slug, client_name=f"source:{tenant.slug}:{slug}",
+        display_name=name[:DISPLAY_NAME_MAX_CHARS], kind=Agent.Kind.SOURCE, scopes=INGEST_SCOPE,
+    )
     source = Source.objects.create(tenant=tenant, agent=agent, kind=kind,
                                    default_collection=default_collection)
     return source, AgentCredentials(agent=agent, client_id=application.client_id, client_secret=secret)

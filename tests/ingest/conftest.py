@@ -24,6 +24,7 @@ import httpx2
 import pytest
 from django.db import connection
 
+from memoryhub.runtime.children import stop_child
 from memoryhub.services.search import SearchResult, fragments_search
 from tests.support.processes import database_url
 
@@ -138,13 +139,7 @@ class Worker:
         self.process.wait(30)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_child(self.process)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from memoryhub import tasks
 from memoryhub.mcp_adapter.render import search_output
 from memoryhub.models import Fragment, Resource
+from memoryhub.runtime.children import stop_child
 from memoryhub.services import enrichment, write
 from memoryhub.services.enrichment import EmbeddingRun
 from memoryhub.services.fragments import fragment_write
@@ -108,12 +109,7 @@ def worker_queue(transactional_db):
         yield process
     finally:
         app.conf.task_default_queue = previous
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_child(process)
         connection.close()
 
 

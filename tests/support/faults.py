@@ -14,7 +14,6 @@ none waits past the tool deadline.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -32,6 +31,7 @@ import httpx2
 import psycopg
 
 from memoryhub.runtime import embedded
+from memoryhub.runtime.children import stop_child
 from memoryhub.runtime.leaks import leftover_processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,8 +140,8 @@ class Stack:
         self.start_worker()
 
     def stop(self) -> None:
-        _stop(self.web)
-        _stop(self.worker, group=True)
+        stop_child(self.web)
+        stop_child(self.worker, group=True)
         self.web = self.worker = None
         embedded.release(self.redis)
         embedded.release(self.postgres)
@@ -196,7 +196,7 @@ class Stack:
         self.postgres.start()
 
     def restart_web(self) -> None:
-        _stop(self.web)
+        stop_child(self.web)
         self.start_web()
 
     # ------------------------------------------------------------------ looking inside
@@ -205,23 +205,6 @@ class Stack:
         with psycopg.connect(host=str(embedded.postgres_socket_dir(self.datadir)), user="postgres",
                              dbname=embedded.DATABASE_NAME) as connection:
             return connection.execute(query, params).fetchall()
-
-
-def _stop(process: subprocess.Popen | None, *, group: bool = False) -> None:
-    """SIGTERM `process`, SIGKILL it if it lingers; with `group` (it leads its
-    own process group), whatever of its group is left goes too."""
-    if process is None:
-        return
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-    if group:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------- the load

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from urllib.parse import quote, urlencode
 
 import httpx2
 
+from memoryhub.runtime.children import stop_child
 from tests.conftest import poll
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,13 +49,7 @@ class Process:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(20)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
+        stop_child(self.popen, grace=20)
 
 
 def spawn_uvicorn(name: str, target: str, port: int, env: dict[str, str], logs: Path) -> Process:
