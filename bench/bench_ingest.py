@@ -12,6 +12,9 @@ The corpus: the labelled retrieval set's 1,265 facts grouped into Markdown
 documents of 12 paragraphs per collection (about 1.3 KB, two fragments each),
 repeated --revisions times with a revision marker so no text repeats.
 
+The floor, measured first on the idle machine: the embedder alone on the bulk
+run's fragments, in the worker's batches (floor_embedding_alone).
+
 Two measurements:
 - bulk: every document posted by --clients concurrent connectors as fast as
   the API answers. Throughput = fragments / (last vector written − first
@@ -240,6 +243,24 @@ def bulk(url: str, token: str, source, documents: list[dict], clients: int) -> d
     }
 
 
+def embedding_floor(documents: list[dict]) -> dict:
+    """The embedder alone on the bulk run's fragments, in the worker's batches, on an idle machine:
+    what "until semantically searchable" cannot beat on this machine with this model."""
+    from memoryhub.embeddings import get_embedder
+    from memoryhub.services.enrichment import EMBED_BATCH_SIZE
+    from memoryhub.services.ingest import chunk_text
+
+    texts = [chunk for document in documents for chunk in chunk_text(document["text"])]
+    embedder = get_embedder()
+    embedder.embed(texts[:EMBED_BATCH_SIZE])  # loaded and warm, as the worker is after its first task
+    started = time.perf_counter()
+    for start in range(0, len(texts), EMBED_BATCH_SIZE):
+        embedder.embed(texts[start:start + EMBED_BATCH_SIZE])
+    seconds = time.perf_counter() - started
+    return {"fragments": len(texts), "mean_chars": round(statistics.mean(map(len, texts))),
+            "seconds": round(seconds, 2), "fragments_per_second": round(len(texts) / seconds, 1)}
+
+
 def trickle(url: str, token: str, source, documents: list[dict]) -> dict:  # type: ignore[no-untyped-def]
     import httpx2
 
@@ -275,6 +296,7 @@ def main() -> None:
         per_revision = len(documents) // (args.revisions + 1)
         bulk_docs, spare = documents[:per_revision * args.revisions], documents[per_revision * args.revisions:]
         tenant, reader, source, credentials = setup_workspace(documents)
+        floor = embedding_floor(bulk_docs)
         queue = f"bench-ingest-{uuid.uuid4().hex[:8]}"
         app.conf.task_default_queue = queue
         server = Server()
@@ -287,6 +309,7 @@ def main() -> None:
             results = {
                 "machine": {"cpus": os.cpu_count(), "workers": args.workers, "worker_pool": "solo",
                             "load_average_1m_before": round(load_before, 2)},
+                "floor_embedding_alone": floor,
                 "bulk": bulk(server.url, token, source, bulk_docs, args.clients),
                 "trickle": trickle(server.url, token, source, spare[2:2 + args.trickle]),
             }

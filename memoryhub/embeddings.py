@@ -93,7 +93,11 @@ DEFAULT_DATA_DIR = "./var"
 # Bump when the export recipe changes so stale caches are not reused.
 EXPORT_FORMAT_VERSION = 1
 ONNX_OPSET = 17
-_BATCH_SIZE = 32
+# Texts per encoder run. Small batches are faster here, not slower: on the 2-core
+# target, the ingest benchmark's fragments (720 characters, about 190 tokens)
+# embed at 26 a second in runs of 32, 33 in runs of 8 and 35 in runs of 4, and
+# short facts at about the same rate from 4 to 16 (bench/bench_ingest.py's floor).
+_BATCH_SIZE = 4
 
 
 # --------------------------------------------------------------------------- interface
