@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from django.contrib.postgres.expressions import ArraySubquery
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -192,9 +193,30 @@ def person_membership(user: User) -> Membership | None:
     return Membership.objects.select_related("tenant").filter(user=user, tenant_id=user.tenant_id).first()
 
 
+def _live_membership(user: User, membership: Membership | None) -> Membership | None:
+    """`membership`, read with `user` in the same statement, when it makes them a
+    live person of their workspace (what person_membership asks the database)."""
+    if membership is None or not user.is_active or user.tenant_id is None or membership.tenant_id != user.tenant_id:
+        return None
+    return membership
+
+
+def _read_with(instance: Any, name: str) -> Any:
+    """The one-to-one object `name` of `instance`, read with it (select_related), or None."""
+    if instance is None or instance.pk is None:
+        return None
+    try:
+        return getattr(instance, name)
+    except ObjectDoesNotExist:
+        return None
+
+
 def caller_for_user(*, user: User, client_id: str = "", subject: str = "") -> Caller:
     """A person acting in their own workspace. Refuses people without one."""
-    membership = person_membership(user)
+    return _person_caller(user, person_membership(user), client_id=client_id, subject=subject)
+
+
+def _person_caller(user: User, membership: Membership | None, *, client_id: str, subject: str) -> Caller:
     if membership is None:
         raise PermissionDenied("This person has no active place in a workspace.")
     return Caller(tenant=membership.tenant, kind="user", user=user, client_id=client_id, subject=subject)
@@ -239,30 +261,46 @@ def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: st
     the token says, the person or agent must belong to the token's tenant: a
     mismatch is refused, never resolved to someone else.
     """
-    tenant_obj = _tenant(tenant)
     prefix, _, name = subject.partition(":")
+    # One statement: the person with their membership and its workspace, or
+    # the agent with its workspace; the workspace is looked up on its own only
+    # to say why nobody was found.
     if kind == "user" and prefix == "user" and name:
-        user = User.objects.filter(username=name, tenant=tenant_obj).first()
+        user = User.objects.select_related("membership__tenant").filter(_in_tenant(tenant), username=name).first()
         if user is None:
+            _tenant(tenant)
             raise PermissionDenied("The credential's person is not in this workspace.")
-        return caller_for_user(user=user, client_id=client_id, subject=subject)
+        membership = _live_membership(user, _read_with(user, "membership"))
+        return _person_caller(user, membership, client_id=client_id, subject=subject)
     if kind == "agent" and prefix == "agent" and name and client_id:
         agent = (
             Agent.objects.select_related("tenant")
-            .filter(tenant=tenant_obj, application__client_id=client_id, name=name)
+            .filter(_in_tenant(tenant), application__client_id=client_id, name=name)
             .first()
         )
         if agent is None:
+            _tenant(tenant)
             raise PermissionDenied("The credential's agent is not registered in this workspace.")
         return caller_for_agent(agent=agent, client_id=client_id, subject=subject)
     raise PermissionDenied("The credential does not name a person or an agent of this workspace.")
 
 
-def _tenant(value: str) -> Tenant:
+def _workspace_id(value: str) -> uuid.UUID | None:
     try:
-        tenant = Tenant.objects.filter(pk=uuid.UUID(str(value))).first()
+        return uuid.UUID(str(value))
     except ValueError:
-        tenant = Tenant.objects.filter(slug=value).first()
+        return None
+
+
+def _in_tenant(value: str) -> Q:
+    """Of the workspace a credential names: by its id, or by its slug when it is not one."""
+    pk = _workspace_id(value)
+    return Q(tenant_id=pk) if pk is not None else Q(tenant__slug=value)
+
+
+def _tenant(value: str) -> Tenant:
+    pk = _workspace_id(value)
+    tenant = Tenant.objects.filter(pk=pk).first() if pk is not None else Tenant.objects.filter(slug=value).first()
     if tenant is None:
         raise PermissionDenied("The credential's workspace does not exist.")
     return tenant
@@ -342,12 +380,18 @@ def audience_refusal(scopes: CollectionOf[str], *, admin_api: bool, user: User |
     return None
 
 
-def token_holder(*, application: Application | None, user: User | None) -> Holder | None:
+# What a stored token is read with so that token_holder needs no statement of its own.
+TOKEN_HOLDER_RELATED = ("application__agent__tenant", "application__agent__source", "user__membership__tenant")
+
+
+def token_holder(*, application: Application | None, user: User | None, read_with_token: bool = False) -> Holder | None:
     """Who a token issued to `application` (for `user`, when a person
     authorised it) stands for now, or None when nobody is entitled to it any
     more: a revoked agent or source, a deactivated person, a person who left
-    their workspace. Checked on every use of a token, not only when issued."""
-    agent = agent_of(application)
+    their workspace. Checked on every use of a token, not only when issued.
+    `read_with_token`: the token was just read with TOKEN_HOLDER_RELATED, in
+    the same statement, so its agent and membership are taken from it."""
+    agent = _read_with(application, "agent") if read_with_token else agent_of(application)
     if agent is not None:
         if agent.revoked_at is not None:
             return None
@@ -355,7 +399,7 @@ def token_holder(*, application: Application | None, user: User | None) -> Holde
         return Holder(tenant=agent.tenant, kind=kind, agent=agent, scopes=_agent_scopes(agent))
     if application is None or user is None:
         return None
-    membership = person_membership(user)
+    membership = _live_membership(user, _read_with(user, "membership")) if read_with_token else person_membership(user)
     if membership is None:
         return None
     return Holder(tenant=membership.tenant, kind="user", user=user, scopes=frozenset(MEMORY_SCOPES))

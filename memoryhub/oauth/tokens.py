@@ -57,11 +57,12 @@ def token_checksum(raw_token: str) -> str:
 
 
 def access_token_row(token: str) -> AccessToken | None:
-    """The stored token (with its application and user) for a raw token, or None."""
+    """The stored token for a raw token, or None: read with its application,
+    its user and who holds it (access.TOKEN_HOLDER_RELATED), in one statement."""
     if not token or len(token) > MAX_TOKEN_LENGTH:
         return None
     return (
-        AccessToken.objects.select_related("application", "user")
+        AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED)
         .filter(token_checksum=token_checksum(token))
         .first()
     )
@@ -80,7 +81,7 @@ def verified_row(row: AccessToken, *, resource: str) -> VerifiedToken | None:
     # /mcp token through at /mcp/readonly.
     if resource not in (row.resource or []):
         return None
-    holder = access.token_holder(application=row.application, user=row.user)
+    holder = access.token_holder(application=row.application, user=row.user, read_with_token=True)
     if holder is None:
         return None
     scopes = access.scopes_at_mcp(holder, row.scope.split())

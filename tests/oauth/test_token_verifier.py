@@ -177,3 +177,72 @@ def test_the_memory_domain_accepts_the_principals_it_gets(people, mcp_client):
         caller = access.caller_from_principal(tenant=principal.tenant, subject=principal.subject,
                                               kind=principal.kind, client_id=principal.client_id)
         assert expected in (caller.user, caller.agent)
+
+
+def _statements(fn):  # type: ignore[no-untyped-def]
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        result = fn()
+    return result, [entry["sql"] for entry in captured.captured_queries]
+
+
+def test_a_token_and_its_caller_cost_one_statement_each(people, mcp_client):
+    """What an MCP request reads before its tool runs: the token with who holds
+    it (agent or membership, and their workspace) in one statement, and the
+    caller the tool acts as in one more."""
+    from memoryhub import access
+
+    bot = people.triage_bot
+    person = make_token(application=mcp_client, user=people.bruno, scope="memory.read", resource=[FULL])
+    agent = client_credentials(bot.client_id, bot.client_secret)["access_token"]
+    for token, expected in ((person, people.bruno), (agent, bot.agent)):
+        token_verified(token, resource=FULL)  # its last use is recorded, at most once a minute
+        verified, statements = _statements(lambda token=token: token_verified(token, resource=FULL))
+        assert verified is not None and len(statements) == 1, statements
+        caller, statements = _statements(lambda verified=verified: access.caller_from_principal(
+            tenant=verified.tenant, subject=verified.subject, kind=verified.kind, client_id=verified.client_id))
+        assert expected in (caller.user, caller.agent) and len(statements) == 1, statements
+        assert caller.tenant.pk == people.acme.pk
+
+
+def test_a_principal_names_a_caller_only_while_they_are_entitled(people, mcp_client):
+    """caller_from_principal, read in one statement, refuses what token_holder refuses."""
+    from memoryhub import access
+    from memoryhub.errors import PermissionDenied
+    from memoryhub.models import Membership, Tenant
+
+    def caller(tenant: str, subject: str = "user:bruno", kind: str = "user", client_id: str = "c"):
+        return access.caller_from_principal(tenant=tenant, subject=subject, kind=kind, client_id=client_id)
+
+    acme = str(people.acme.pk)
+    assert caller(acme).user == people.bruno
+    assert caller(people.acme.slug).user == people.bruno  # a workspace named by its slug
+    with pytest.raises(PermissionDenied, match="workspace does not exist"):
+        caller("00000000-0000-0000-0000-000000000000")
+    with pytest.raises(PermissionDenied, match="workspace does not exist"):
+        caller("no-such-workspace")
+    with pytest.raises(PermissionDenied, match="person is not in this workspace"):
+        caller(acme, subject="user:nobody")
+    # A membership in another workspace than the person's own is no place in it.
+    other = Tenant.objects.create(name="Other", slug="other-ws")
+    Membership.objects.filter(user=people.bruno).update(tenant=other)
+    with pytest.raises(PermissionDenied, match="no active place"):
+        caller(acme)
+    Membership.objects.filter(user=people.bruno).update(tenant=people.acme)
+    assert caller(acme).user == people.bruno
+    people.bruno.is_active = False
+    people.bruno.save()
+    with pytest.raises(PermissionDenied, match="no active place"):
+        caller(acme)
+    people.bruno.is_active = True
+    people.bruno.save()
+    people.bruno.membership.delete()
+    with pytest.raises(PermissionDenied, match="no active place"):
+        caller(acme)
+    bot = people.triage_bot
+    assert caller(acme, subject="agent:triage-bot", kind="agent", client_id=bot.client_id).agent == bot.agent
+    agent_revoke(caller=people.caller(people.ada), name="triage-bot")  # its OAuth client goes with it
+    with pytest.raises(PermissionDenied, match="revoked|not registered"):
+        caller(acme, subject="agent:triage-bot", kind="agent", client_id=bot.client_id)
