@@ -73,17 +73,24 @@ def database_url(settings_dict: dict) -> str:
 
 
 @contextmanager
-def process(name: str, target: str, port: int, env: dict[str, str], logs: Path) -> Iterator[str]:
+def process(name: str, target: str, port: int, env: dict[str, str], logs: Path, *,
+            workers: int | None = None) -> Iterator[str]:
+    """`target` served on `port`: by one plain uvicorn process, or with `workers`
+    by the product's own server (mcpapi.serving, uvicorn with that many worker
+    processes, 0 for its default of one per core), the way it is deployed."""
     import httpx2
 
     url = f"http://127.0.0.1:{port}"
     log = logs / f"{name}.log"
+    if workers is None:
+        command = ["-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
+                   "--lifespan", "on", "--log-level", "warning", "--no-access-log"]
+    else:
+        command = ["-m", "mcpapi.serving", target, "--host", "127.0.0.1", "--port", str(port),
+                   *(["--workers", str(workers)] if workers else [])]
     with open(log, "wb") as out:
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
-             "--lifespan", "on", "--log-level", "warning", "--no-access-log"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
+        popen = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=workers is not None)
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -96,7 +103,7 @@ def process(name: str, target: str, port: int, env: dict[str, str], logs: Path) 
                 time.sleep(0.1)
         yield url
     finally:
-        stop_child(popen, grace=20)
+        stop_child(popen, grace=20, group=workers is not None)
 
 
 def seed(edge_url: str) -> str:

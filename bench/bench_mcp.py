@@ -7,12 +7,14 @@ For each corpus of bench/search_bench.py (10k and 100k fragments in one workspac
 50 collections, 50 readers; built when missing, which takes a while the first time):
 
 * service: `fragments_search(caller=…, query=…)` (memory_search in the domain) called in this
-  process with the MCP result budget and rendered as the contract's output, the memory core's own
-  number (query embedding, both index queries under the visibility predicate, row check, fusion,
-  budget, receipt);
-* MCP: `tools/call memory_search` at revision 2026-07-28 over HTTP to a uvicorn process serving
-  `memoryhub.asgi` (the single-process deployment): the gateway (Origin, size, bearer token checked
-  in the database, rate limit in Redis), the SDK, argument validation, the in-process client, the
+  process, on the share of the cores one server worker gets (MEMORYHUB_CORES_PER_PROCESS), with
+  the MCP result budget and rendered as the contract's output, the memory core's own number
+  (query embedding, both index queries under the visibility predicate, row check, fusion, budget,
+  receipt);
+* MCP: `tools/call memory_search` at revision 2026-07-28 over HTTP to `memoryhub.asgi` served as it
+  is deployed (`python -m mcpapi.serving`, one worker process per core unless --workers): the
+  gateway (Origin, size, bearer token checked in the database, rate limit in Redis), the SDK,
+  argument validation, the in-process client, the
   same search and receipt, the JSON answer. Each reader has an access token of their own. One
   server runs for each --db-modes entry, all at once (bench/common.py's DB_MODES; default "pool", the shipped
   setting, and "per-request", a new database connection for every token check and tool call).
@@ -52,6 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_edge import database_url, free_port, process  # noqa: E402
 from common import DB_MODES, bench_database, percentile, publish, summary  # noqa: E402
 from search_bench import DATA, Corpus, build, slug  # noqa: E402
+
+from mcpapi.serving import CORES_PER_PROCESS, cores_per_process, default_workers  # noqa: E402
 
 MODERN = "2026-07-28"
 SECTION = "## MCP end to end: memory_search over HTTP"
@@ -192,7 +196,8 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
                 "LOG_LEVEL": "WARNING",
                 **DB_MODES[mode],
             }
-            stack.enter_context(process(f"memoryhub-{mode}", "memoryhub.asgi:application", ports[mode], env, logs))
+            stack.enter_context(process(f"memoryhub-{mode}", "memoryhub.asgi:application", ports[mode], env, logs,
+                                        workers=args.workers))
         http = stack.enter_context(httpx2.Client(timeout=120, trust_env=False))
 
         def over_mcp(mode: str) -> Callable[[int], None]:
@@ -237,6 +242,8 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
                 for own in clients:
                     own.close()
             one = summary(samples[mode])
+            # One client at a time: each call starts when the one before it ended.
+            one["requests_per_s"] = round(1000 / statistics.mean(samples[mode]), 1)
             result["mcp"][mode] = {
                 "one_at_a_time": one, "concurrent": many,
                 "overhead": {
@@ -244,6 +251,7 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
                     "p50_added_ms": round(one["p50_ms"] - result["service"]["p50_ms"], 1),
                     "throughput_ratio": round(
                         many["requests_per_s"] / result["service_concurrent"]["requests_per_s"], 2),
+                    "scaling": round(many["requests_per_s"] / one["requests_per_s"], 2),
                 },
             }
     return result
@@ -259,14 +267,15 @@ def markdown(results: dict) -> str:
                 f"| {int(size):,} | {mode} | {s['p50_ms']} / {s['p95_ms']} | {one['p50_ms']} / {one['p95_ms']} | "
                 f"{o['p50_ratio']}× (+{o['p50_added_ms']} ms) | {sc['requests_per_s']} ({sc['p50_ms']} / "
                 f"{sc['p95_ms']}) | {many['requests_per_s']} ({many['p50_ms']} / {many['p95_ms']}) | "
-                f"{o['throughput_ratio']} |"
+                f"{o['throughput_ratio']} | {one['requests_per_s']} | {o['scaling']}× |"
             )
     return (
         f"{SECTION} ({results['date']})\n\n"
         f"`memory_search` called in the memory service (this process) against the same call over MCP "
-        f"(`tools/call` at revision {MODERN}, HTTP keep-alive, a bearer token per reader, a uvicorn process "
-        f"serving `memoryhub.asgi`), same queries and readers, on search_bench's corpora (20 roles, 50 "
-        f"collections, 50 readers); {results['queries']} queries one at a time (each query through every path in "
+        f"(`tools/call` at revision {MODERN}, HTTP keep-alive, a bearer token per reader, served by "
+        f"`python -m mcpapi.serving memoryhub.asgi:application` with {results['workers']}, the way it is "
+        "deployed), same queries and readers, on search_bench's corpora (20 roles, 50 collections, 50 readers); "
+        f"{results['queries']} queries one at a time (each query through every path in "
         f"turn), then {results['rounds']}× as many with {results['clients']} clients at once, one path after the "
         f"other. {results['machine']}; embedded PostgreSQL 16; one server per way of getting database "
         "connections (`pool`, the shipped default: psycopg's pool; "
@@ -274,11 +283,12 @@ def markdown(results: dict) -> str:
         f"1-minute load average {results['load_average_before']} when it started. Latencies in ms, p50 / p95.\n\n"
         "| fragments | server's connections | service, one at a time | MCP, one at a time | MCP overhead p50 | "
         f"service req/s at {results['clients']} (p50 / p95) | MCP req/s at {results['clients']} (p50 / p95) "
-        "| MCP / service throughput |\n"
-        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
-        "What the MCP path adds per request: HTTP parsing, the gateway's checks, the token lookup (one indexed "
-        "query, plus the membership check), the rate limit (one Redis script), the SDK's JSON-RPC handling "
-        "and output validation, and a thread hop into the synchronous domain. The `per-request` rows add what "
+        f"| MCP / service throughput | MCP req/s, one client | MCP at {results['clients']} / one client |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        "What the MCP path adds per request: HTTP parsing, the gateway's checks, the token with who holds it (one "
+        "statement) and the caller the tool acts as (one more), the rate limit (one Redis script), the SDK's "
+        "JSON-RPC handling and output validation, and a thread hop into the synchronous domain. "
+        "The `per-request` rows add what "
         "connecting costs: the token check and the tool call each run in a worker thread, so without a pool "
         "each opens a database connection of its own (Django advises against persistent connections under "
         "ASGI and for a pool instead). Under load, the 8 MCP clients and the server share the same cores.\n\n"
@@ -296,14 +306,20 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--db-modes", default="pool,per-request", type=lambda text: text.split(","),
                         help=f"how the server gets database connections, any of {', '.join(DB_MODES)}")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="worker processes per server (default 0: mcpapi.serving's own, one per core)")
     parser.add_argument("--no-append", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args()
+    # The service path here runs as one of the server's workers does: on its share of the cores.
+    os.environ.setdefault(CORES_PER_PROCESS, str(cores_per_process(args.workers or default_workers())))
 
     data = json.loads(DATA.read_text())
     seeds = [item["value"] for item in data["fragments"]]
     results: dict = {
         "queries": args.queries, "rounds": args.rounds, "clients": args.concurrency,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "workers": (f"{args.workers} worker processes" if args.workers
+                    else f"its default of one worker process per core ({default_workers()})"),
         "date": dt.date.today().isoformat(), "load_average_before": round(os.getloadavg()[0], 1), "sizes": {},
     }
     with bench_database():

@@ -22,7 +22,9 @@ edge process runs under it as well.
 Settings (environment): MEMORYHUB_HEADER_TIMEOUT_SECONDS (10),
 MEMORYHUB_BODY_TIMEOUT_SECONDS (30), MEMORYHUB_MAX_CONNECTIONS (512 per
 process; beyond it uvicorn answers 503), MEMORYHUB_KEEP_ALIVE_SECONDS (5),
-MEMORYHUB_WORKERS (one per core), MEMORYHUB_TRUSTED_PROXIES (comma-separated
+MEMORYHUB_WORKERS (one per core), MEMORYHUB_CORES_PER_PROCESS (the cores
+divided among the workers, at least one: each worker sizes its thread pools to
+it), MEMORYHUB_TRUSTED_PROXIES (comma-separated
 addresses whose X-Forwarded-For/-Proto are believed; none by default). With
 more than one worker, Prometheus metrics are kept per process in
 PROMETHEUS_MULTIPROC_DIR (a fresh folder unless set) and added up at /metrics.
@@ -203,6 +205,15 @@ def default_workers() -> int:
     return _int("MEMORYHUB_WORKERS", os.cpu_count() or 1)
 
 
+# The cores each worker process may keep busy at once (what a thread pool in it,
+# the query embedder's, is sized to): the machine's, shared by the workers.
+CORES_PER_PROCESS = "MEMORYHUB_CORES_PER_PROCESS"
+
+
+def cores_per_process(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
@@ -217,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker keeps its metrics in files here; /metrics adds them up (fresh on every start).
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="memoryhub-metrics-")
+    os.environ.setdefault(CORES_PER_PROCESS, str(cores_per_process(workers)))
     uvicorn.run(args.app, host=args.host, port=args.port, workers=workers, **server_options())
 
 

@@ -162,7 +162,15 @@ def _default_threads() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    # All usable cores up to 4: on the 2-core target one query uses both cores.
+    # A web worker gets its share of the cores (MEMORYHUB_CORES_PER_PROCESS, set by
+    # mcpapi.serving): with one worker per core, two threads each make the workers
+    # wait on each other's spinning threads. On the 2-core target, one thread per
+    # worker served 39 MCP searches a second at 8 clients against 28 with two, and
+    # answered one at a time sooner too (bench/bench_mcp.py, docs/benchmarks.md).
+    share = _setting("MEMORYHUB_CORES_PER_PROCESS", None)
+    if share:
+        cpus = min(cpus, max(1, int(share)))
+    # Otherwise all usable cores up to 4: a worker embedding in batches, a command.
     return max(1, min(cpus, 4))
 
 

@@ -467,3 +467,22 @@ def test_get_embedder_is_a_thread_safe_singleton_chosen_by_setting() -> None:
 def test_bad_setting_fails_clearly() -> None:
     with embedder_setting("memoryhub.embeddings.NoSuchEmbedder"), pytest.raises(ImportError):
         E.get_embedder()
+
+
+def test_a_web_worker_embeds_on_its_share_of_the_cores(monkeypatch) -> None:
+    """One thread per core the worker may use (MEMORYHUB_CORES_PER_PROCESS, set by
+    mcpapi.serving), all of them up to 4 otherwise; MEMORYHUB_EMBEDDER_THREADS wins."""
+    monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: set(range(8)))
+    for name in ("MEMORYHUB_EMBEDDER_THREADS", "MEMORYHUB_CORES_PER_PROCESS"):
+        monkeypatch.delenv(name, raising=False)
+    assert E._default_threads() == 4
+    monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", "1")
+    assert E._default_threads() == 1
+    monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", "3")
+    assert E._default_threads() == 3
+    monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", "16")
+    assert E._default_threads() == 4
+    monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert E._default_threads() == 2
+    monkeypatch.setenv("MEMORYHUB_EMBEDDER_THREADS", "3")
+    assert E._default_threads() == 3
