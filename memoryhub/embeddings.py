@@ -154,10 +154,27 @@ def _data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(data_dir)
 
 
+def _count_setting(name: str) -> int | None:
+    """A setting that counts threads or cores: a whole number from 1, or None
+    when unset. A value that is not one is ignored with a warning (the
+    embedder must still start: a search without it is a lexical one)."""
+    value = _setting(name, None)
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1:
+        logger.warning("%s=%r is not a whole number from 1; ignored", name, value)
+        return None
+    return number
+
+
 def _default_threads() -> int:
-    configured = _setting("MEMORYHUB_EMBEDDER_THREADS", None)
+    configured = _count_setting("MEMORYHUB_EMBEDDER_THREADS")
     if configured:
-        return max(1, int(configured))
+        return configured
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -167,9 +184,9 @@ def _default_threads() -> int:
     # wait on each other's spinning threads. On the 2-core target, one thread per
     # worker served 39 MCP searches a second at 8 clients against 28 with two, and
     # answered one at a time sooner too (bench/bench_mcp.py, docs/benchmarks.md).
-    share = _setting("MEMORYHUB_CORES_PER_PROCESS", None)
+    share = _count_setting("MEMORYHUB_CORES_PER_PROCESS")
     if share:
-        cpus = min(cpus, max(1, int(share)))
+        cpus = min(cpus, share)
     # Otherwise all usable cores up to 4: a worker embedding in batches, a command.
     return max(1, min(cpus, 4))
 

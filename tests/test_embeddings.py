@@ -486,3 +486,9 @@ def test_a_web_worker_embeds_on_its_share_of_the_cores(monkeypatch) -> None:
     assert E._default_threads() == 2
     monkeypatch.setenv("MEMORYHUB_EMBEDDER_THREADS", "3")
     assert E._default_threads() == 3
+    # A value that is no whole number from 1 is ignored: the embedder still starts.
+    monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: set(range(8)))
+    for bad in ("2.5", "auto", "0", "-1"):
+        monkeypatch.setenv("MEMORYHUB_EMBEDDER_THREADS", bad)
+        monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", bad)
+        assert E._default_threads() == 4, bad
