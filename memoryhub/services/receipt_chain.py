@@ -3,8 +3,8 @@ chain, and checkpoints sign its head with the deployment's Ed25519 key.
 
 The format (what a receipt's hash covers, how entries link, what a checkpoint
 signs) and the offline verifier are in `contract/receipt_chain.py`, which needs
-only the standard library. This module appends to the chain inside the
-search's own transaction, checks one entry for a replay, signs checkpoints and
+only the standard library. This module appends to the chain in one
+statement after the search's read, checks one entry for a replay, signs checkpoints and
 writes exports.
 
 A receipt's record commits to the request by its SHA-256, not its text: an
@@ -104,10 +104,9 @@ _CHAIN_FIELDS = ("chain_seq", "chain_prev", "chain_hash")
 def receipt_append(receipt: Receipt) -> Receipt:
     """Give `receipt` the next place in its workspace's chain and insert it,
     in one statement (`APPEND` and the insert that takes its place from it),
-    inside the caller's transaction (the search's), which holds the chain
-    head until it commits."""
-    if not connection.in_atomic_block:
-        raise RuntimeError("a receipt joins the chain inside the transaction of the read it records")
+    so both happen or neither does. The chain head stays locked until the
+    statement's transaction commits: its own (a search on its own), or the
+    caller's."""
     # Every other column as Model.save() would write it.
     stored = [field for field in Receipt._meta.concrete_fields if field.attname not in _CHAIN_FIELDS]
     given = {f"v{number}": field.pre_save(receipt, True) for number, field in enumerate(stored)}

@@ -3,9 +3,10 @@
 A read, in order:
 
 1. validate every argument against the contract's limits;
-2. embed the query (outside the transaction: it is most of the cost, and it
+2. embed the query (before any statement: it is most of the cost, and it
    must not hold a connection's snapshot open);
-3. in one transaction, its statements cancelled when the deadline passes:
+3. its statements cancelled when the deadline passes, each atomic on its own
+   (a search needs no transaction; inside a caller's, it is a savepoint):
    a. the caller's role audience *now* and the read policy (memoryhub.access);
    b. two index queries, each carrying the policy's SQL predicate: pgvector HNSW
       (cosine) with iterative scan, and full-text over a bounded match set;
@@ -46,9 +47,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import JSONBAgg
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Model, OuterRef, Subquery, Value, prefetch_related_objects
+from django.db.models import F, JSONField, Model, OuterRef, Subquery, Value
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -65,6 +68,7 @@ from memoryhub.models import (
     EnforcementAlarm,
     Fragment,
     Receipt,
+    Resource,
     Source,
     Tenant,
     new_receipt_id,
@@ -454,8 +458,8 @@ def fragments_search(
     deadline_seconds: float | None = None,
     budget: ResultBudget | None = None,
 ) -> SearchResult:
-    """memory_search: what `caller` may see that matches, in rank order; the
-    serving receipt is recorded in the same transaction."""
+    """memory_search: what `caller` may see that matches, in rank order, and
+    the serving receipt that records it (one statement, after the read)."""
     request = SearchRequest.validated(
         query=query, limit=limit, as_of=as_of, created_after=created_after, created_before=created_before,
         resource_ids=resource_ids, agents=agents, task=task, task_tags=task_tags,
@@ -468,7 +472,10 @@ def fragments_search(
     receipt_id = new_receipt_id()
     ranking = RANKING
     try:
-        with transaction.atomic():
+        # On its own a search needs no transaction: each statement is atomic,
+        # the receipt's included. Inside a caller's transaction it is a
+        # savepoint, so a read cut off at its deadline leaves that usable.
+        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
             execution = search_execute(
                 caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
                 ranking=ranking, budget=budget,
@@ -512,10 +519,12 @@ def search_execute(
     *, caller: Caller, request: SearchRequest, as_of: dt.datetime, deadline: Deadline, receipt_id: str,
     ranking: Ranking | None = None, budget: ResultBudget | None = None,
 ) -> Execution:
-    """The read itself, inside the caller's transaction; writes nothing but
-    enforcement alarms. Receipt replays call this with the original request."""
-    # Embedding first: PostgreSQL opens the transaction at the first statement,
-    # so the slowest step does not keep a snapshot open. A task is embedded
+    """The read itself; writes nothing but enforcement alarms (outside a
+    caller's transaction each stands on its own, whether or not the search
+    then completes: it records what the index returned). Receipt replays call
+    this with the original request, in a transaction of theirs."""
+    # Embedding first: inside a transaction, PostgreSQL takes its snapshot at
+    # the first statement, so the slowest step does not keep one open. A task is embedded
     # with the query, in the same batch, whether or not the workspace's
     # judgment plane turns out to be on.
     task_text = " ".join([request.task, *request.task_tags]).strip()
@@ -575,7 +584,6 @@ def _execute(
     # What is served is rendered with its collection, source, agents and
     # documents (the row check read them as values and arrays).
     _with_related([hit.fragment for hit in ranked])
-    prefetch_related_objects([hit.fragment for hit in ranked], "agents", "resources")
     provenance = provenance_for(caller, [hit.fragment for hit in ranked], named_agent_ids=policy.named_agent_ids,
                                 audience=policy.audience, instant=as_of)
     for hit in ranked:
@@ -633,17 +641,21 @@ def _embed(texts: list[str]) -> list[list[float]] | None:
 
 
 class index_settings:
-    """Planner settings for this transaction only (SET LOCAL). Inside an outer
-    transaction (a test, a console view) they are restored afterwards, so it
-    does not inherit them: one round trip each way; in a transaction of its
-    own, which ends right after, only the first.
+    """The read's first statement, and its planner settings kept to the read.
 
-    The same first statement also reads, when asked, the query's lexemes
-    (`query`: query_lexemes, into `lexemes`), the caller's audience as
-    access.py decides it (`caller`: access.role_audience_sql, into
-    `audience`) and the workspace's search settings as they are now
-    (`tenant`: its judgment plane, relevance floor and stale policy, set on
-    it)."""
+    Every statement that walks the HNSW index sends its planner settings with
+    it (_planned_rows). A search on its own runs outside a transaction, so they
+    end with that statement. Inside a transaction that goes on after the read
+    (a test's, a console view's: the search's atomic block is then a
+    savepoint) they are put back on the way out, so it does not inherit them:
+    the first statement reads them as they were, and one more restores them.
+
+    The first statement reads, when asked, the query's lexemes (`query`:
+    query_lexemes, into `lexemes`), the caller's audience as access.py decides
+    it (`caller`: access.role_audience_sql, into `audience`) and the
+    workspace's search settings as they are now (`tenant`: its judgment plane,
+    relevance floor and stale policy, set on it). Asked for nothing, outside a
+    transaction that goes on, it sends nothing."""
 
     RESTORED = ("hnsw.ef_search", "hnsw.iterative_scan")
     TENANT_FIELDS = ("judgment_plane", "relevance_floor", "stale_policy")
@@ -653,11 +665,15 @@ class index_settings:
         self.query, self.tenant, self.caller = query, tenant, caller
         self.lexemes: list[str] | None = None
         self.audience: access.Audience | None = None
+        self.saved: dict[str, str | None] = {}
 
     def __enter__(self) -> index_settings:
-        wanted = {"hnsw.ef_search": str(hnsw_ef_search()), "hnsw.iterative_scan": "relaxed_order"}
-        columns = [*(["current_setting(%s, true)"] * len(self.RESTORED)), *(["set_config(%s, %s, true)"] * len(wanted))]
-        params: list[Any] = [*self.RESTORED, *(item for pair in wanted.items() for item in pair)]
+        # Inside a nested atomic block (or a transaction opened by hand, with
+        # autocommit off), the caller's transaction goes on after the read.
+        self.nested = bool(connection.savepoint_ids) or not (connection.get_autocommit()
+                                                             or connection.in_atomic_block)
+        columns: list[str] = ["current_setting(%s, true)"] * len(self.RESTORED) if self.nested else []
+        params: list[Any] = list(self.RESTORED) if self.nested else []
         if self.query is not None:
             sql, lexeme_params = _lexemes_sql(self.query)
             columns.append(sql)
@@ -672,13 +688,14 @@ class index_settings:
             # The names are our model's; JSON keeps each value's type.
             columns.append(f"(SELECT jsonb_build_array({fields}) FROM {table} WHERE id = %s)")  # noqa: S608
             params.append(self.tenant.pk)
+        if not columns:
+            return self
         with connection.cursor() as cursor:
             cursor.execute("SELECT " + ", ".join(columns), params)
-            row = list(cursor.fetchone())
-        self.saved = dict(zip(self.RESTORED, row[: len(self.RESTORED)], strict=True))
-        # Inside a nested atomic block, an outer transaction goes on after this one.
-        self.nested = bool(connection.savepoint_ids)
-        rest = row[len(self.RESTORED) + len(wanted):]
+            rest = list(cursor.fetchone())
+        if self.nested:
+            self.saved = dict(zip(self.RESTORED, rest[: len(self.RESTORED)], strict=True))
+            rest = rest[len(self.RESTORED):]
         if self.query is not None:
             self.lexemes = list(rest.pop(0) or [])
         if audience_sql is not None:
@@ -696,9 +713,9 @@ class index_settings:
 
     def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
         if exc_type is not None:
-            return  # the transaction is aborted; rolling it back undoes SET LOCAL
+            return  # the transaction is aborted; rolling it back undoes set_config
         if not self.nested:
-            return  # the transaction.atomic() around this is the outermost: its end undoes SET LOCAL
+            return  # no transaction, or one that ends with the read: its end undoes set_config
         restore = {name: value for name, value in self.saved.items() if value}
         with connection.cursor() as cursor:
             if restore:
@@ -814,7 +831,27 @@ def _nearest(predicate, query_vector: list[float], k: int):  # type: ignore[no-u
 
 
 def vector_candidates(predicate, query_vector: list[float], k: int) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
-    return [pk for pk, _ in _nearest(predicate, query_vector, k)]
+    return [pk for pk, _ in _planned_rows(*_sql(_nearest(predicate, query_vector, k)))]
+
+
+def planner_settings() -> dict[str, str]:
+    """What a read that walks the HNSW index runs with: ef_search, and an
+    iterative scan, so a filter that rejects most neighbours still yields enough."""
+    return {"hnsw.ef_search": str(hnsw_ef_search()), "hnsw.iterative_scan": "relaxed_order"}
+
+
+def _planned_rows(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """The rows of a statement that walks the HNSW index, sent with its planner
+    settings (set_config, local to the transaction) in the same round trip:
+    outside a transaction the two statements are one implicit transaction, so
+    the settings last exactly as long as the read. Inside one they last to its
+    end (index_settings restores them when the transaction goes on)."""
+    wanted = planner_settings()
+    setting = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(wanted)) + "; "
+    with connection.cursor() as cursor:
+        cursor.execute(setting + sql, [*(item for pair in wanted.items() for item in pair), *params])
+        cursor.nextset()
+        return cursor.fetchall()
 
 
 _LEXEME_QUOTE = re.compile(r"['\\]")
@@ -970,9 +1007,12 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         *visible_params, matching, cap, *visible_params, *also_params, matching,
         k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, *also_params,
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    if vector is not None:
+        rows = _planned_rows(sql, params)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
     pool = [pk for pk, _, _, pool_rank in sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])]
     ranked = [pk for pk, _, rank, _ in rows if rank is not None and rank <= k]
     return pool, ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _, _ in rows if score is not None}
@@ -1015,11 +1055,43 @@ def _partial(model: type[Model], values: dict[str, Any]) -> Model:
     return model.from_db(connection.alias, names, [values[name] for name in names])
 
 
+def _linked_rows(through: type[Model], name: str, model: type[Model]) -> Subquery:
+    """A fragment's linked `model` rows (its agents, its documents), whole, as
+    one JSON array read with the fragment (NULL when it links none)."""
+    columns = {item.attname: f"{name}__{item.attname}" for item in model._meta.concrete_fields}
+    return Subquery(
+        through._default_manager.filter(fragment_id=OuterRef("pk")).order_by().values("fragment_id")
+        .annotate(rows=JSONBAgg(JSONObject(**columns), order_by=f"{name}_id")).values("rows"),
+        output_field=JSONField(),
+    )
+
+
+def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Model]:
+    """Instances of `model` from _linked_rows' JSON, each field as the database
+    would have handed it over."""
+    fields = model._meta.concrete_fields
+    return [model.from_db(connection.alias, [item.attname for item in fields],
+                          [item.to_python(row[item.attname]) for item in fields]) for row in rows or ()]
+
+
+def _prefetched(instance: Model, name: str, objects: list[Model]) -> None:
+    """What prefetch_related(name) would have left on `instance`, from objects
+    already read: its `name`.all() answers from them without a statement."""
+    queryset = getattr(instance, name).get_queryset()
+    queryset._result_cache = objects
+    queryset._prefetch_done = True
+    instance._prefetched_objects_cache = {  # type: ignore[attr-defined]
+        **getattr(instance, "_prefetched_objects_cache", {}), name: queryset}
+
+
 def _with_related(fragments: Sequence[Fragment]) -> None:
-    """Give served fragments their collection (its name) and their source
-    (its agent's name), from what the row check read."""
+    """Give served fragments their collection (its name), their source (its
+    agent's name), their agents and their documents, from what the row check
+    read: rendering them sends no statement."""
     for fragment in fragments:
         read = vars(fragment)  # the row check's annotations
+        _prefetched(fragment, "agents", _from_json(Agent, read["shown_agents"]))
+        _prefetched(fragment, "resources", _from_json(Resource, read["shown_resources"]))
         if fragment.collection_id is not None:
             fragment.collection = _partial(  # type: ignore[assignment]
                 Collection, {"id": fragment.collection_id, "name": read["shown_collection_name"]})
@@ -1041,7 +1113,9 @@ def _checked_rows(
     # Related objects are not built for every candidate: what rendering the
     # served ones needs comes as values (_with_related).
     queryset = access.with_access_facts(Fragment.objects.filter(pk__in=list(candidates)), prefetch=False) \
-        .annotate(shown_collection_name=F("collection__name"), shown_source_agent_name=F("source__agent__name"))
+        .annotate(shown_collection_name=F("collection__name"), shown_source_agent_name=F("source__agent__name"),
+                  shown_agents=_linked_rows(Fragment.agents.through, "agent", Agent),
+                  shown_resources=_linked_rows(Fragment.resources.through, "resource", Resource))
     if read_query.vector is not None:
         queryset = queryset.annotate(distance=CosineDistance("embedding", read_query.vector))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
