@@ -189,6 +189,7 @@ def build(size: int, corpus: Corpus, rebuild: bool) -> None:
 def run(size: int, queries: list[str], rng: random.Random) -> dict:
     from django.db import connection, transaction
     from django.db.models import ExpressionWrapper, F, FloatField
+    from django.test import override_settings
     from django.utils import timezone
     from pgvector.django import CosineDistance
 
@@ -263,13 +264,13 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
                 .order_by(F("d").asc(), "pk").values_list("pk", flat=True)[:10]
             )
             for ef in EF_SEARCH_VALUES:
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef)])
-                started = time.perf_counter()
-                raw = search.vector_candidates(predicate, vector, 10)
-                # What search itself keeps: its candidate pool, re-scored exactly, top 10.
-                pool = search.vector_candidates(predicate, vector, search.candidate_pool(10))
-                recall[ef]["ms"].append((time.perf_counter() - started) * 1000 / 2)
+                # Every statement that walks the index sends the configured ef_search with it.
+                with override_settings(MEMORYHUB_HNSW_EF_SEARCH=ef):
+                    started = time.perf_counter()
+                    raw = search.vector_candidates(predicate, vector, 10)
+                    # What search itself keeps: its candidate pool, re-scored exactly, top 10.
+                    pool = search.vector_candidates(predicate, vector, search.candidate_pool(10))
+                    recall[ef]["ms"].append((time.perf_counter() - started) * 1000 / 2)
                 rescored = list(
                     Fragment.objects.filter(pk__in=pool).annotate(d=CosineDistance("embedding", vector))
                     .order_by("d", "pk").values_list("pk", flat=True)[:10]

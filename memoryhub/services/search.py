@@ -47,11 +47,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 
 from django.conf import settings
-from django.contrib.postgres.aggregates import JSONBAgg
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, JSONField, Model, OuterRef, Subquery, Value
-from django.db.models.functions import JSONObject
+from django.db.models import F, Model, OuterRef, Subquery, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -1055,20 +1053,9 @@ def _partial(model: type[Model], values: dict[str, Any]) -> Model:
     return model.from_db(connection.alias, names, [values[name] for name in names])
 
 
-def _linked_rows(through: type[Model], name: str, model: type[Model]) -> Subquery:
-    """A fragment's linked `model` rows (its agents, its documents), whole, as
-    one JSON array read with the fragment (NULL when it links none)."""
-    columns = {item.attname: f"{name}__{item.attname}" for item in model._meta.concrete_fields}
-    return Subquery(
-        through._default_manager.filter(fragment_id=OuterRef("pk")).order_by().values("fragment_id")
-        .annotate(rows=JSONBAgg(JSONObject(**columns), order_by=f"{name}_id")).values("rows"),
-        output_field=JSONField(),
-    )
-
-
 def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Model]:
-    """Instances of `model` from _linked_rows' JSON, each field as the database
-    would have handed it over."""
+    """Instances of `model` from access.linked_rows' JSON, each field as the
+    database would have handed it over."""
     fields = model._meta.concrete_fields
     return [model.from_db(connection.alias, [item.attname for item in fields],
                           [item.to_python(row[item.attname]) for item in fields]) for row in rows or ()]
@@ -1090,8 +1077,8 @@ def _with_related(fragments: Sequence[Fragment]) -> None:
     read: rendering them sends no statement."""
     for fragment in fragments:
         read = vars(fragment)  # the row check's annotations
-        _prefetched(fragment, "agents", _from_json(Agent, read["shown_agents"]))
-        _prefetched(fragment, "resources", _from_json(Resource, read["shown_resources"]))
+        _prefetched(fragment, "agents", _from_json(Agent, read["facts_agents"]))
+        _prefetched(fragment, "resources", _from_json(Resource, read["facts_resources"]))
         if fragment.collection_id is not None:
             fragment.collection = _partial(  # type: ignore[assignment]
                 Collection, {"id": fragment.collection_id, "name": read["shown_collection_name"]})
@@ -1113,9 +1100,7 @@ def _checked_rows(
     # Related objects are not built for every candidate: what rendering the
     # served ones needs comes as values (_with_related).
     queryset = access.with_access_facts(Fragment.objects.filter(pk__in=list(candidates)), prefetch=False) \
-        .annotate(shown_collection_name=F("collection__name"), shown_source_agent_name=F("source__agent__name"),
-                  shown_agents=_linked_rows(Fragment.agents.through, "agent", Agent),
-                  shown_resources=_linked_rows(Fragment.resources.through, "resource", Resource))
+        .annotate(shown_collection_name=F("collection__name"), shown_source_agent_name=F("source__agent__name"))
     if read_query.vector is not None:
         queryset = queryset.annotate(distance=CosineDistance("embedding", read_query.vector))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
