@@ -293,7 +293,7 @@ def markdown(results: dict) -> str:
         "each opens a database connection of its own (Django advises against persistent connections under "
         "ASGI and for a pool instead). Under load, the 8 MCP clients and the server share the same cores.\n\n"
         "Rerun: `python bench/bench_mcp.py [--sizes 10000,100000] [--queries 200] [--concurrency 8] "
-        "[--db-modes pool,per-request] [--no-append]` (benchmark database `memoryhub_bench`; writes "
+        "[--db-modes pool,per-request] [--workers N] [--no-append]` (benchmark database `memoryhub_bench`; writes "
         "`bench/results/mcp_bench.json` and replaces this section).\n"
     )
 
