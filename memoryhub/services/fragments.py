@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from oauth2_provider.models import Application
@@ -100,19 +100,33 @@ def _payload_hash(*, content: str, session_id: str, resource: str) -> str:
 def _claim_key(*, tenant: Tenant, principal: str, key: str, payload_hash: str, now: dt.datetime
                ) -> tuple[IdempotencyRecord | None, WriteOutcome | None]:
     """(record to fill, None) for a new key; (None, first outcome) for a retry.
-    Inserting first makes a concurrent retry wait on the unique index until
-    this write commits, then read its answer."""
-    IdempotencyRecord.objects.filter(
-        tenant=tenant, principal=principal, key=key, created_at__lte=now - IDEMPOTENCY_WINDOW
-    ).delete()
-    try:
-        with transaction.atomic():
-            record = IdempotencyRecord.objects.create(
-                tenant=tenant, principal=principal, key=key, payload_hash=payload_hash, response={}, created_at=now
-            )
+
+    One statement claims the key: it inserts the record, or takes over one
+    older than the window. A concurrent retry's statement waits on the unique
+    index until this write commits (or rolls back), then finds a record it
+    may not take over and reads its answer."""
+    table = IdempotencyRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {table} (tenant_id, principal, key, payload_hash, response, created_at)
+            VALUES (%(tenant)s, %(principal)s, %(key)s, %(payload)s, '{{}}'::jsonb, %(now)s)
+            ON CONFLICT (tenant_id, principal, key) DO UPDATE
+               SET payload_hash = EXCLUDED.payload_hash, response = EXCLUDED.response,
+                   created_at = EXCLUDED.created_at
+             WHERE {table}.created_at <= %(expired)s
+            RETURNING id
+            """,  # noqa: S608 - the table name is our model's
+            {"tenant": tenant.pk, "principal": principal, "key": key, "payload": payload_hash, "now": now,
+             "expired": now - IDEMPOTENCY_WINDOW},
+        )
+        claimed = cursor.fetchone()
+    if claimed is not None:
+        record = IdempotencyRecord(id=claimed[0], tenant=tenant, principal=principal, key=key,
+                                   payload_hash=payload_hash, response={}, created_at=now)
+        record._state.adding = False
         return record, None
-    except IntegrityError:
-        existing = IdempotencyRecord.objects.get(tenant=tenant, principal=principal, key=key)
+    existing = IdempotencyRecord.objects.get(tenant=tenant, principal=principal, key=key)
     if existing.payload_hash != payload_hash:
         raise Conflict(
             "This idempotency_key was already used in the last 24 hours for a different write; "

@@ -187,3 +187,56 @@ def test_an_agents_write_is_parked_as_a_proposal(people, bot):
     out = write_output(outcome)
     assert set(out) == WRITE_FIELDS | {"proposal_id"} and out["proposal_id"] == str(proposal.pk)
     assert out["outcome"] == outcome.summary
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_retries_of_one_key_write_once_and_all_get_the_first_answer(people):
+    """The key is claimed by one statement: the retries wait on it, then read
+    the first write's answer; a retry with other content is refused."""
+    import threading
+
+    from django.db import connection
+
+    bruno = people.caller(people.bruno)
+    before = Fragment.objects.count()
+    answers: list = []
+    refused: list = []
+    barrier = threading.Barrier(6)
+
+    def retry(content: str) -> None:
+        try:
+            barrier.wait()
+            answers.append(fragment_write(caller=bruno, content=content, idempotency_key="parallel"))
+        except Conflict as exc:
+            refused.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=retry, args=("The deploy window is Thursday evening.",)) for _ in range(5)]
+    threads.append(threading.Thread(target=retry, args=("The deploy window is Friday morning.",)))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert Fragment.objects.count() - before == 1
+    stored = Fragment.objects.filter(owner_user=people.bruno).order_by("-recorded_at").first()
+    if len(answers) == 5:
+        # The Thursday write came first: every retry of it has its answer, Friday's is refused.
+        assert len(refused) == 1 and stored.value == "The deploy window is Thursday evening."
+        assert all(answer == answers[0] for answer in answers)
+    else:
+        # Friday's came first: it is the one write, and every Thursday retry is refused.
+        assert len(answers) == 1 and len(refused) == 5 and stored.value == "The deploy window is Friday morning."
+    assert IdempotencyRecord.objects.filter(key__startswith="key:").count() == 1
+
+
+def test_a_write_claims_its_key_in_one_statement(bruno):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        fragment_write(caller=bruno, content="The standup moved to 9:30.", idempotency_key="one-statement")
+    idempotency = [entry["sql"] for entry in captured.captured_queries if "idempotencyrecord" in entry["sql"]]
+    # The claim, and the answer stored once the write is done.
+    assert len(idempotency) == 2 and idempotency[0].lstrip().startswith("INSERT"), idempotency
+    assert idempotency[1].startswith("UPDATE"), idempotency
