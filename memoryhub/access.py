@@ -384,7 +384,7 @@ def audience_refusal(scopes: CollectionOf[str], *, admin_api: bool, user: User |
 
 
 # What a stored token is read with so that token_holder needs no statement of its own.
-TOKEN_HOLDER_RELATED = ("application__agent__tenant", "application__agent__source", "user__membership__tenant")
+TOKEN_HOLDER_RELATED = ("application__agent__tenant", "user__membership__tenant")
 
 
 def token_holder(*, application: Application | None, user: User | None, read_with_token: bool = False) -> Holder | None:
