@@ -315,7 +315,9 @@ def _tenant(value: str) -> Tenant:
 @dataclass(frozen=True)
 class Holder:
     """Who an OAuth token stands for, while they are still entitled to it (a
-    connected source's holder carries its Source as `agent.source`)."""
+    connected source's holder carries its Source as `agent.source`, read with
+    it by `agent_of`; a token read with TOKEN_HOLDER_RELATED leaves it to be
+    read when used)."""
 
     tenant: Tenant
     kind: Literal["user", "agent", "source"]
@@ -1044,7 +1046,9 @@ def with_access_facts(queryset, *, prefetch: bool = True):  # type: ignore[no-un
 
 def linked_rows(name: Literal["agents", "resources"]) -> RawSQL:
     """A fragment's linked agents or documents, each row whole, as one JSON
-    array (by id; NULL when it links none), read with the fragment."""
+    array (by id; NULL when it links none), read with the fragment. It names
+    the fragment table as the outermost query does: annotate a queryset that
+    is run as it is, never one nested in another query as a subquery."""
     return RawSQL(_linked_rows_sql(name), (), output_field=JSONField())  # noqa: S611 - our models' names only
 
 

@@ -104,7 +104,8 @@ def _claim_key(*, tenant: Tenant, principal: str, key: str, payload_hash: str, n
     One statement claims the key: it inserts the record, or takes over one
     older than the window. A concurrent retry's statement waits on the unique
     index until this write commits (or rolls back), then finds a record it
-    may not take over and reads its answer."""
+    may not take over and reads its answer (holding that record's row lock
+    until its own transaction ends, which is right after: it writes nothing)."""
     table = IdempotencyRecord._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
