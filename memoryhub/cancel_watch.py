@@ -85,7 +85,8 @@ class _Watcher:
                     continue
                 heapq.heappop(self._heap)
             if watch.active:
-                threading.Thread(target=_fire, args=(watch,), name="memoryhub-cancel", daemon=True).start()
+                if not watch.lock.locked():  # one cancel at a time per watch: a slow one is not queued behind
+                    threading.Thread(target=_fire, args=(watch,), name="memoryhub-cancel", daemon=True).start()
                 self.add(watch, at=time.monotonic() + RETRY_SECONDS)
 
 
@@ -114,6 +115,7 @@ def watching(ends: float, cancel: Callable[[], None]) -> Iterator[Watch]:
     try:
         yield watch
     finally:
+        watch.active = False  # a cancel not yet sent is not sent
         with watch.lock:  # waits for a cancel being sent right now
             watch.active = False
             watch.cancel = _nothing  # an ended watch keeps no connection alive while it waits to be dropped

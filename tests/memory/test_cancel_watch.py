@@ -43,7 +43,8 @@ def test_a_watch_past_its_deadline_cancels_once_and_one_ended_in_time_never():
             fired.set()
         return run
 
-    with cancel_watch.watching(time.monotonic() + 60, cancel("in time")):
+    # Ended before its deadline, which then passes while the test goes on.
+    with cancel_watch.watching(time.monotonic() + 0.1, cancel("in time")):
         pass
     with cancel_watch.watching(time.monotonic() + 0.05, cancel("late")) as watch:
         assert fired.wait(5)
@@ -66,6 +67,21 @@ def test_a_watch_does_not_end_while_its_cancel_is_being_sent():
         assert sending.wait(5)
     # The block could only end once the cancel had gone: nothing issued after it can be hit.
     assert sent.is_set()
+
+
+def test_a_slow_cancel_is_not_queued_behind_by_its_retries():
+    """While one cancel is being sent, the retries that fall due start no
+    thread to wait behind it: one cancel at a time per watch."""
+    def slow_cancel() -> None:
+        time.sleep(0.35)
+
+    most = 0
+    with cancel_watch.watching(time.monotonic(), slow_cancel) as watch:
+        _wait_fired(watch)
+        for _ in range(16):
+            time.sleep(0.05)
+            most = max(most, sum(1 for thread in threading.enumerate() if thread.name == "memoryhub-cancel"))
+    assert 1 <= most <= 2
 
 
 def test_a_failing_cancel_is_logged_and_the_watcher_goes_on(caplog):
