@@ -193,12 +193,12 @@ def person_membership(user: User) -> Membership | None:
     """The membership that makes `user` a live person of their workspace, or None."""
     if not user.is_active or user.tenant_id is None:
         return None
-    return Membership.objects.select_related("tenant").filter(user=user, tenant_id=user.tenant_id).first()
+    return _live_membership(user, Membership.objects.select_related("tenant").filter(user=user).first())
 
 
 def _live_membership(user: User, membership: Membership | None) -> Membership | None:
-    """`membership`, read with `user` in the same statement, when it makes them a
-    live person of their workspace (what person_membership asks the database)."""
+    """`membership` (the person's one membership, read with them or just now)
+    when it makes `user` a live person of their workspace."""
     if membership is None or not user.is_active or user.tenant_id is None or membership.tenant_id != user.tenant_id:
         return None
     return membership

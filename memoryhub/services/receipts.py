@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import transaction
 from django.db.models import prefetch_related_objects
 from django.utils import timezone
 from oauth2_provider.models import Application
@@ -44,7 +44,6 @@ from memoryhub.services.search import (
     ResultBudget,
     SearchRequest,
     budget_named,
-    is_cancelled,
     ranking_of_record,
     search_execute,
 )
@@ -167,16 +166,11 @@ def _re_execute(caller: Caller, receipt: Receipt, as_of: dt.datetime, deadline_s
                 budget: ResultBudget | None, ranking: Ranking | None) -> list[str]:
     request = SearchRequest.from_json(receipt.request)
     deadline = Deadline(deadline_seconds or settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS)
-    try:
-        with transaction.atomic():
-            execution = search_execute(
-                caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk,
-                ranking=ranking, budget=budget,
-            )
-    except OperationalError as exc:
-        if is_cancelled(exc):
-            raise deadline.exceeded() from exc
-        raise
+    with transaction.atomic():
+        execution = search_execute(
+            caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk,
+            ranking=ranking, budget=budget,
+        )
     return execution.result.served_ids
 
 

@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Model, OuterRef, Subquery, Value
+from django.db.models import F, Model, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -354,19 +354,23 @@ class Deadline:
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
         """The statements run inside are cancelled when the budget is spent,
-        and none starts after it."""
+        and none starts after it; a statement cancelled so is DeadlineExceeded."""
         self.check()
         connection.ensure_connection()
         raw = connection.connection
-        cancel = (functools.partial(raw.cancel_safe, timeout=CANCEL_TIMEOUT_SECONDS) if hasattr(raw, "cancel_safe")
-                  else raw.cancel)
+        cancel = functools.partial(raw.cancel_safe, timeout=CANCEL_TIMEOUT_SECONDS)
 
         def checked(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
             self.check()
             return execute(sql, params, many, context)
 
-        with cancel_watch.watching(self.ends, cancel), connection.execute_wrapper(checked):
-            yield
+        try:
+            with cancel_watch.watching(self.ends, cancel), connection.execute_wrapper(checked):
+                yield
+        except OperationalError as exc:
+            if is_cancelled(exc):
+                raise self.exceeded() from exc
+            raise
 
     def exceeded(self) -> DeadlineExceeded:
         return DeadlineExceeded(
@@ -469,39 +473,34 @@ def fragments_search(
     instant = min(request.as_of, now) if request.as_of else now
     receipt_id = new_receipt_id()
     ranking = RANKING
-    try:
-        # On its own a search needs no transaction: each statement is atomic,
-        # the receipt's included. Inside a caller's transaction it is a
-        # savepoint, so a read cut off at its deadline leaves that usable.
-        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-            execution = search_execute(
-                caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
-                ranking=ranking, budget=budget,
-            )
-            with phase("receipt"):
-                receipt_chain.receipt_append(Receipt(
-                    id=receipt_id,
-                    tenant=caller.tenant,
-                    reader_user=caller.user,
-                    reader_agent=caller.agent,
-                    principal_kind=caller.kind,
-                    subject=caller.subject,
-                    client_id=caller.client_id,
-                    roles=list(execution.audience.role_names),
-                    request=request.as_json(),
-                    as_of=instant,
-                    as_of_explicit=request.as_of is not None,
-                    served=execution.result.served_ids,
-                    served_hashes=[value_hash(hit.fragment.value, hit.fragment.value_salt)
-                                   for hit in execution.result.hits],
-                    abstained=execution.result.abstained,
-                    budget=budget.name if budget is not None else "",
-                    ranking=ranking_record(ranking),
-                ))
-    except OperationalError as exc:
-        if is_cancelled(exc):
-            raise deadline.exceeded() from exc
-        raise
+    # On its own a search needs no transaction: each statement is atomic,
+    # the receipt's included. Inside a caller's transaction it is a
+    # savepoint, so a read cut off at its deadline leaves that usable.
+    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+        execution = search_execute(
+            caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
+            ranking=ranking, budget=budget,
+        )
+        with phase("receipt"):
+            receipt_chain.receipt_append(Receipt(
+                id=receipt_id,
+                tenant=caller.tenant,
+                reader_user=caller.user,
+                reader_agent=caller.agent,
+                principal_kind=caller.kind,
+                subject=caller.subject,
+                client_id=caller.client_id,
+                roles=list(execution.audience.role_names),
+                request=request.as_json(),
+                as_of=instant,
+                as_of_explicit=request.as_of is not None,
+                served=execution.result.served_ids,
+                served_hashes=[value_hash(hit.fragment.value, hit.fragment.value_salt)
+                               for hit in execution.result.hits],
+                abstained=execution.result.abstained,
+                budget=budget.name if budget is not None else "",
+                ranking=ranking_record(ranking),
+            ))
     return execution.result
 
 
@@ -522,19 +521,24 @@ def search_execute(
     then completes: it records what the index returned). Receipt replays call
     this with the original request, in a transaction of theirs."""
     # Embedding first: inside a transaction, PostgreSQL takes its snapshot at
-    # the first statement, so the slowest step does not keep one open. A task is embedded
-    # with the query, in the same batch, whether or not the workspace's
-    # judgment plane turns out to be on.
-    task_text = " ".join([request.task, *request.task_tags]).strip()
-    with phase("embedding"):
-        vectors = _embed([request.query, task_text] if task_text else [request.query])
-    query_vector = vectors[0] if vectors else None
+    # the first statement, so the slowest step does not keep one open. A task
+    # is embedded with the query, in the same batch, when the workspace's
+    # judgment plane was on as the caller was read.
     tenant = caller.tenant
-    # One statement: the planner settings, the workspace's search settings as
-    # they are now, the query's lexemes and the caller's audience.
+    task_text = " ".join([request.task, *request.task_tags]).strip()
+    with_task = bool(task_text) and tenant.judgment_plane
+    with phase("embedding"):
+        vectors = _embed([request.query, task_text] if with_task else [request.query])
+    query_vector = vectors[0] if vectors else None
+    # One statement: the workspace's search settings as they are now, the
+    # query's lexemes and the caller's audience.
     with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
         judging = tenant.judgment_plane and bool(request.task or request.task_tags)
-        task_vector = vectors[1] if judging and vectors and task_text else None
+        task_vector = vectors[1] if judging and vectors and with_task else None
+        if judging and vectors and task_text and not with_task:  # the plane was turned on since: embed it now
+            with phase("embedding"):
+                task_vectors = _embed([task_text])
+            task_vector = task_vectors[0] if task_vectors else None
         execution = _execute(
             caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt_id,
             ranking=ranking or RANKING, query_vector=query_vector, task_vector=task_vector, judging=judging,
@@ -717,8 +721,7 @@ class index_settings:
         restore = {name: value for name, value in self.saved.items() if value}
         with connection.cursor() as cursor:
             if restore:
-                cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(restore)),
-                               [item for pair in restore.items() for item in pair])
+                cursor.execute(*_set_config(restore))
             for name in self.saved.keys() - restore.keys():
                 # Unset before (pgvector not loaded yet in this session): back to its default.
                 cursor.execute(f"SET LOCAL {name} TO DEFAULT")
@@ -838,16 +841,21 @@ def planner_settings() -> dict[str, str]:
     return {"hnsw.ef_search": str(hnsw_ef_search()), "hnsw.iterative_scan": "relaxed_order"}
 
 
+def _set_config(values: dict[str, str]) -> tuple[str, list[str]]:
+    """One SELECT that sets these settings for the rest of the transaction."""
+    return ("SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(values)),
+            [item for pair in values.items() for item in pair])
+
+
 def _planned_rows(sql: str, params: Sequence[Any]) -> list[tuple]:
     """The rows of a statement that walks the HNSW index, sent with its planner
     settings (set_config, local to the transaction) in the same round trip:
     outside a transaction the two statements are one implicit transaction, so
     the settings last exactly as long as the read. Inside one they last to its
     end (index_settings restores them when the transaction goes on)."""
-    wanted = planner_settings()
-    setting = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(wanted)) + "; "
+    setting, setting_params = _set_config(planner_settings())
     with connection.cursor() as cursor:
-        cursor.execute(setting + sql, [*(item for pair in wanted.items() for item in pair), *params])
+        cursor.execute(setting + "; " + sql, [*setting_params, *params])
         cursor.nextset()
         return cursor.fetchall()
 
@@ -1057,8 +1065,7 @@ def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Mo
     """Instances of `model` from access.linked_rows' JSON, each field as the
     database would have handed it over."""
     fields = model._meta.concrete_fields
-    return [model.from_db(connection.alias, [item.attname for item in fields],
-                          [item.to_python(row[item.attname]) for item in fields]) for row in rows or ()]
+    return [_partial(model, {item.attname: item.to_python(row[item.attname]) for item in fields}) for row in rows or ()]
 
 
 def _prefetched(instance: Model, name: str, objects: list[Model]) -> None:
@@ -1089,6 +1096,16 @@ def _with_related(fragments: Sequence[Fragment]) -> None:
             fragment.source = source  # type: ignore[assignment]
 
 
+def _own_document(fragment: Fragment) -> int | None:
+    """A connected source's fragment's own document (the first of its linked
+    resources, by id, that its source sent), for the neighbour features of
+    fusion; read from the row check's linked rows."""
+    if fragment.source_id is None:
+        return None
+    own = [row["id"] for row in vars(fragment)["facts_resources"] or () if row["source_id"] == fragment.source_id]
+    return min(own, default=None)
+
+
 def _checked_rows(
     *, policy: ReadPolicy, candidates: dict[uuid.UUID, Candidate], read_query: ReadQuery, load_embeddings: bool,
     ranking: Ranking | None = None,
@@ -1105,12 +1122,6 @@ def _checked_rows(
         queryset = queryset.annotate(distance=CosineDistance("embedding", read_query.vector))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         queryset = queryset.annotate(lexical=_lexical_rank(read_query.tsquery, ranking))
-    # A connected source's fragment's own document (its resource), for the
-    # neighbour features of fusion.
-    queryset = queryset.annotate(document_id=Subquery(
-        Fragment.resources.through.objects.filter(fragment_id=OuterRef("pk"), resource__source_id=OuterRef("source_id"))
-        .order_by("resource_id").values("resource_id")[:1]
-    ))
     # What the index queries already used stays in the database.
     queryset = queryset.defer("search_vector", "search_length", "context")
     if not load_embeddings:
@@ -1127,8 +1138,9 @@ def _checked_rows(
             candidate.vector_similarity = None if distance is None else 1.0 - float(distance)
             if ranking.lexical_ranker != "bm25":
                 candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
-            if fragment.position is not None and fragment.document_id is not None:
-                candidate.document, candidate.position = fragment.document_id, fragment.position
+            document = _own_document(fragment)
+            if fragment.position is not None and document is not None:
+                candidate.document, candidate.position = document, fragment.position
                 # Read only where fusion uses it (a document's fragment, see fuse_scores).
                 if lowers_asking:
                     candidate.asking = asking_share(fragment.value)

@@ -200,6 +200,33 @@ def test_task_arranges_the_result_only_when_the_judgment_plane_is_on(bruno, shar
     assert set(for_incident) == set(for_maintenance) == set(plain)
 
 
+def test_a_judgment_plane_turned_on_after_the_caller_was_read_still_embeds_the_task(bruno, shared_fragment,
+                                                                                    monkeypatch):
+    """The task is embedded with the query when the plane was on as the caller
+    was read; turned on since, it is embedded once the search reads it on; off,
+    it is not embedded at all."""
+    from memoryhub.models import Tenant
+    from memoryhub.services import search
+
+    shared_fragment("Database failover: promote the replica and repoint the payments service.", "incidents")
+    embedded: list[list[str]] = []
+    real = search._embed
+    monkeypatch.setattr(search, "_embed", lambda texts: embedded.append(list(texts)) or real(texts))
+
+    fragments_search(caller=bruno, query="payments database", task="incident response")
+    assert embedded == [["payments database"]]  # the plane is off: the task is not embedded
+
+    Tenant.objects.filter(pk=bruno.tenant.pk).update(judgment_plane=True)
+    assert not bruno.tenant.judgment_plane  # as the caller was read
+    embedded.clear()
+    fragments_search(caller=bruno, query="payments database", task="incident response")
+    assert embedded == [["payments database"], ["incident response"]]
+
+    embedded.clear()  # the search read the plane on: next time the task goes with the query
+    fragments_search(caller=bruno, query="payments database", task="incident response")
+    assert embedded == [["payments database", "incident response"]]
+
+
 def test_task_tags_never_widen_visibility(bruno, shared_fragment):
     account = shared_fragment("Initech is an incident-prone account.", "accounts")
     bruno.tenant.judgment_plane = True
