@@ -159,6 +159,7 @@ def stop_workers(workers: list[subprocess.Popen]) -> None:
             worker.wait(30)
         except subprocess.TimeoutExpired:
             worker.kill()
+            worker.wait(10)
 
 
 def token_for(url: str, client_id: str, secret: str) -> str:

@@ -21,6 +21,8 @@ import time
 
 from common import ROOT, publish, summary
 
+from memoryhub.runtime.children import stop_child
+
 HEADING = "## Slow clients"
 
 
@@ -92,8 +94,7 @@ def main() -> None:
         besieged = normal_client(url, args.seconds)
         stop.set()
     finally:
-        server.terminate()
-        server.wait(30)
+        stop_child(server)
     results = {"alone": summary(alone), "with_slow_clients": summary(besieged), "slow_clients": args.slow,
                "slow_connections_cut_off": len(cut_off), "seconds": args.seconds}
     section = f"""{HEADING}

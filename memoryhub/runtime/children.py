@@ -22,12 +22,14 @@ def stop_child(child: subprocess.Popen | None, *, grace: float = 30, group: bool
     goes too."""
     if child is None:
         return
-    if child.poll() is None:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(grace)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(10)
-    if group:
-        signal_group(child, signal.SIGKILL)
+    try:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(grace)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(10)
+    finally:
+        if group:  # even when the child itself would not go
+            signal_group(child, signal.SIGKILL)

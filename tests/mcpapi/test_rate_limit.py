@@ -22,6 +22,7 @@ from mcpapi.auth import resource_url
 from mcpapi.client import MEMORY_SCOPES, Principal, VerificationThrottled
 from mcpapi.connection import FULL_ENDPOINT
 from mcpapi.ratelimit import RateLimiter
+from memoryhub.runtime.children import stop_child
 from tests.conftest import poll
 from tests.support.deployments import REAL_DEPLOYMENTS, RealDeployment
 
@@ -158,8 +159,7 @@ def other_process() -> Iterator[str]:
         poll(answering, timeout=20, interval=0.1, what="the second gateway to answer")
         yield base_url
     finally:
-        process.terminate()
-        process.wait(10)
+        stop_child(process, grace=10)
 
 
 def test_processes_share_one_bucket(

@@ -17,15 +17,16 @@ def test_each_worker_gets_its_share_of_the_cores(monkeypatch, cpus: int, workers
     assert serving.cores_per_process(workers) == share
 
 
-def test_the_workers_are_started_with_their_share_unless_one_is_set(monkeypatch) -> None:
+def test_the_workers_are_started_with_their_share_unless_one_is_set(monkeypatch, tmp_path) -> None:
     started: list[dict[str, Any]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: started.append(
         {"workers": options["workers"], "share": os.environ.get(serving.CORES_PER_PROCESS)}))
     monkeypatch.setattr(serving.os, "cpu_count", lambda: 2)
     saved = dict(os.environ)
     try:
-        for name in (serving.CORES_PER_PROCESS, "MEMORYHUB_WORKERS", "PROMETHEUS_MULTIPROC_DIR"):
+        for name in (serving.CORES_PER_PROCESS, "MEMORYHUB_WORKERS"):
             os.environ.pop(name, None)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)  # set: no metrics folder is made and left
         serving.main(["memoryhub.asgi:application"])
         os.environ.pop(serving.CORES_PER_PROCESS)
         serving.main(["memoryhub.asgi:application", "--workers", "1"])

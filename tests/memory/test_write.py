@@ -191,8 +191,8 @@ def test_an_agents_write_is_parked_as_a_proposal(people, bot):
 
 @pytest.mark.django_db(transaction=True)
 def test_parallel_retries_of_one_key_write_once_and_all_get_the_first_answer(people):
-    """The key is claimed by one statement: the retries wait on it, then read
-    the first write's answer; a retry with other content is refused."""
+    """The retries wait for the first write, then read its answer; a retry
+    with other content is refused."""
     import threading
 
     from django.db import connection
