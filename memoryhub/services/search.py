@@ -161,7 +161,7 @@ JUDGMENT_WEIGHT = 0.5
 ORDERING_CODE = (
     "candidate_pool", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes", "tsquery_for",
     "index_queries", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored", "_lexical_rank",
-    "lexical_candidates", "_checked_rows",
+    "lexical_candidates", "_checked_rows", "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches", "_fuse",
     "_arrange", "is_hedged",
 )
