@@ -237,10 +237,9 @@ def fragment_forget(*, caller: Caller, fragment_id: Any) -> Fragment:
     if pk is None:
         raise NotFound(NOT_YOURS)
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            # The write pipeline's per-writer lock: a concurrent write must not
-            # supersede the fact being forgotten (or forget what it just stored).
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [Writer(tenant=caller.tenant, user=user).lock_key])
+        # The write pipeline's per-writer lock: a concurrent write must not
+        # supersede the fact being forgotten (or forget what it just stored).
+        Writer(tenant=caller.tenant, user=user).hold()
         fragment = Fragment.objects.select_for_update().filter(access.own_fragments(caller), pk=pk).first()
         if fragment is None:
             raise NotFound(NOT_YOURS)

@@ -129,9 +129,8 @@ def memory_erase(*, caller: Caller, user_id: int, confirm: str) -> ErasureResult
         raise InvalidArgument(f"Type {person.username} exactly to erase their memory.", field="confirm")
     subject = access.subject_of(user=person)
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            # The write pipeline's per-writer lock: no write of theirs lands half-erased.
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [Writer(tenant=caller.tenant, user=person).lock_key])
+        # The write pipeline's per-writer lock: no write of theirs lands half-erased.
+        Writer(tenant=caller.tenant, user=person).hold()
         rows = Fragment.objects.filter(tenant=caller.tenant, owner_user=person).exclude(
             retired_reason=Fragment.Retired.ERASED)
         ids = [str(pk) for pk in rows.values_list("pk", flat=True)]

@@ -25,12 +25,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
+from django.db.models import FloatField, Value
+from django.db.models.functions import Cast
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -211,6 +214,24 @@ class Writer:
         owner = {"owner_user": self.user} if self.user is not None else {"owner_agent": self.agent}
         return Fragment.objects.filter(tenant=self.tenant, retired_at__isnull=True, **owner)
 
+    def hold(self) -> None:
+        """Take this writer's lock until the transaction ends and read the
+        workspace's write policy as it is now (not as it was when the caller
+        was read), in one statement. One write at a time per writer: two
+        concurrent writes must not both supersede the same fact or both store
+        the same one, and forgetting must not cross a write."""
+        tenant = self.tenant
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT t.write_policy, t.blocked_terms FROM pg_advisory_xact_lock(%s) AS held, "  # noqa: S608
+                f"{Tenant._meta.db_table} AS t WHERE t.id = %s",
+                [self.lock_key, tenant.pk],
+            )
+            row = cursor.fetchone()
+        if row is not None:
+            tenant.write_policy = row[0]
+            tenant.blocked_terms = Tenant._meta.get_field("blocked_terms").from_db_value(row[1], None, connection)
+
     @property
     def lock_key(self) -> int:
         digest = hashlib.sha256(
@@ -323,6 +344,38 @@ def content_tokens(text: str) -> list[str]:
     return tokens
 
 
+_SAME, _SUBJECT, _NEIGHBOUR = 0, 1, 2
+
+
+def _judged_rows(writer: Writer, text: str, vector: list[float] | None) -> dict[int, list[Fragment]]:
+    """What _judge weighs, read in one statement from the writer's live private
+    memory: the oldest fragment with the same text, the newest with the same
+    subject, and the NEIGHBOURS nearest by embedding (exact: ordered by distance,
+    then id, they are read by the owner index, not the HNSW graph)."""
+    live = writer.live_private().only("pk", "value")
+    nothing = Cast(Value(None), output_field=FloatField())
+    parts = [live.filter(content_hash=fact_hash(text)).annotate(kind=Value(_SAME), distance=nothing)
+             .order_by("recorded_at", "pk")[:1]]
+    subject = subject_of(text)
+    if subject:
+        parts.append(live.filter(subject_key=subject).annotate(kind=Value(_SUBJECT), distance=nothing)
+                     .order_by("-recorded_at", "pk")[:1])
+    if vector is not None:
+        parts.append(live.filter(embedding__isnull=False)
+                     .annotate(kind=Value(_NEIGHBOUR), distance=CosineDistance("embedding", vector))
+                     .order_by("distance", "pk")[:NEIGHBOURS])
+    found: dict[int, list[Fragment]] = {}
+    # A union's rows come in no set order: the neighbours are put back in
+    # theirs (PostgreSQL sorts a NaN distance last, and orders uuids as Python does).
+    for row in sorted(parts[0].union(*parts[1:], all=True), key=lambda row: (row.kind, _last_if_nan(row.distance), row.pk)):
+        found.setdefault(row.kind, []).append(row)
+    return found
+
+
+def _last_if_nan(distance: float | None) -> float:
+    return math.inf if distance is None or math.isnan(distance) else distance
+
+
 def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, Fragment | None, str]:
     """merged / superseded / stored against the writer's live private memory.
 
@@ -333,24 +386,17 @@ def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, 
       words changed (a date, a name, a place): superseded, the newer wording wins;
     * anything else: stored.
     """
-    live = writer.live_private()
-    same = live.filter(content_hash=fact_hash(text)).order_by("recorded_at", "pk").first()
-    if same is not None:
-        return "merged", same, "The same fact is already in your memory."
-    subject = subject_of(text)
-    if subject:
-        previous = live.filter(subject_key=subject).order_by("-recorded_at", "pk").first()
-        if previous is not None:
-            return "superseded", previous, "It updates an earlier fact about the same thing, which is retired."
+    found = _judged_rows(writer, text, vector)
+    same = found.get(_SAME)
+    if same:
+        return "merged", same[0], "The same fact is already in your memory."
+    previous = found.get(_SUBJECT)
+    if previous:
+        return "superseded", previous[0], "It updates an earlier fact about the same thing, which is retired."
     if vector is None:
         return "stored", None, ""
     words = content_tokens(text)
-    neighbours = (
-        live.filter(embedding__isnull=False)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance", "pk")[:NEIGHBOURS]
-    )
-    for neighbour in neighbours:
+    for neighbour in found.get(_NEIGHBOUR, ()):
         similarity = 1.0 - float(neighbour.distance)
         if similarity < SUPERSEDE_SIMILARITY:
             break
@@ -376,12 +422,7 @@ def pipeline_run(
 ) -> WriteOutcome:
     """Run the write pipeline inside the caller's transaction."""
     now = now or timezone.now()
-    # The policy in force now, not when the caller object was built.
-    writer.tenant.refresh_from_db(fields=["write_policy", "blocked_terms"])
-    with connection.cursor() as cursor:
-        # One write at a time per writer: two concurrent writes must not both
-        # supersede the same fact or both store the same one.
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [writer.lock_key])
+    writer.hold()
     candidates = split_candidates(content)
     results: list[CandidateOutcome | None] = [None] * len(candidates)
     kept: list[int] = []

@@ -240,3 +240,42 @@ def test_a_write_claims_its_key_in_one_statement(bruno):
     # The claim, and the answer stored once the write is done.
     assert len(idempotency) == 2 and idempotency[0].lstrip().startswith("INSERT"), idempotency
     assert idempotency[1].startswith("UPDATE"), idempotency
+
+
+def test_a_one_fact_write_sends_five_statements(bruno):
+    """The key's claim; the writer's lock with the write policy; the
+    judgement's reads (the same text, the same subject, the nearest
+    neighbours) in one statement; the insert; the answer kept for the key."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    first = fragment_write(caller=bruno, content="The release train leaves on Thursday.")
+    assert first.counts["stored"] == 1
+    with CaptureQueriesContext(connection) as captured:
+        outcome = fragment_write(caller=bruno, content="The standup is at 9:30.")
+    assert outcome.counts["stored"] == 1
+    sent = [entry["sql"].strip() for entry in captured.captured_queries if "SAVEPOINT" not in entry["sql"]]
+    assert len(sent) == 5, "\n".join(sql[:120] for sql in sent)
+    assert "pg_advisory_xact_lock" in sent[1] and "write_policy" in sent[1]
+    assert sent[2].count("UNION ALL") == 2 and "<=>" in sent[2]
+    assert sent[3].startswith('INSERT INTO "memoryhub_fragment"')
+
+
+def test_the_judgement_reads_neighbours_in_their_order(people, bruno):
+    """The neighbours come from a union, in no set order: the judgement still
+    weighs the nearest first (ties by id), as an ordered query would give them."""
+    from pgvector.django import CosineDistance
+
+    for value in ("The deploy window is Thursday evening.", "The deploy freeze starts in December.",
+                  "Our deploys go out on Thursdays.", "Deploys need two approvals.",
+                  "The staging deploy runs nightly.", "The office plants need water."):
+        fragment_write(caller=bruno, content=value)
+    writer = write.Writer(tenant=bruno.tenant, user=bruno.user)
+    vector = write._embed(["When is the deploy window?"])[0]
+    found = write._judged_rows(writer, "When is the deploy window?", vector)
+    expected = list(
+        writer.live_private().annotate(distance=CosineDistance("embedding", vector))
+        .order_by("distance", "pk").values_list("pk", flat=True)[:write.NEIGHBOURS]
+    )
+    assert [row.pk for row in found[write._NEIGHBOUR]] == expected
+    assert write._SAME not in found and write._SUBJECT not in found
