@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.text import slugify
 from oauth2_provider.models import AccessToken, Application
 
 from memoryhub import access
 from memoryhub.access import AGENT_SCOPES, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Agent, User
-from memoryhub.services.arguments import checked_text, storable
+from memoryhub.services.arguments import checked_name, storable
 from memoryhub.services.conflicts import unique_or_conflict
 from memoryhub.services.roles import roles_named
 
@@ -51,11 +50,8 @@ def agent_get(*, caller: Caller, name: str, lock: bool = False) -> Agent:
 
 
 def agent_name(name: str) -> str:
-    """An agent's or source's name as stored; one too long or unstorable is refused, not cut."""
-    slug = slugify(checked_text(name, field="name", max_chars=AGENT_NAME_MAX_CHARS))
-    if not slug:
-        raise InvalidArgument("A name needs letters, digits or hyphens.", field="name")
-    return slug
+    """An agent's or source's name as stored; any other name, or one too long, is refused, not rewritten."""
+    return checked_name(name, field="name", max_chars=AGENT_NAME_MAX_CHARS, what="An agent or source")
 
 
 def _validated_scopes(scopes: Sequence[str], allowed: Sequence[str]) -> str:

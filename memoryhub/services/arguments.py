@@ -13,10 +13,13 @@ characters, the same number the MCP schema advertises.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import unicodedata
 import uuid
 from collections.abc import Sequence
 from typing import Any
+
+from django.utils.text import slugify
 
 from memoryhub.errors import InvalidArgument
 
@@ -66,6 +69,26 @@ def checked_text(value: Any, *, field: str, max_chars: int, required: bool = Fal
             f"{field} is {len(value)} characters long; the limit is {max_chars}.", field=field
         )
     return storable(value, field=field)
+
+
+def checked_name(value: Any, *, field: str, max_chars: int, what: str) -> str:
+    """A name as stored: a slug (ASCII letters, digits, hyphens, underscores),
+    in lower case, spaces written as hyphens ("Run Books" is "run-books").
+    A name that would lose characters on the way is refused, with the form it
+    could take, and never rewritten into it: "<b>x</b>" stored as "bxb", or an
+    ESC sequence as "31mred0m", would be a name nobody chose."""
+    text = checked_text(value, field=field, max_chars=max_chars, required=True).strip()
+    slug = slugify(text)
+    if slug != _SPACES.sub("-", text.lower()):
+        could = f" (it could be {slug!r})" if slug else ""
+        raise InvalidArgument(
+            f"{what} needs a name of letters, digits, hyphens or underscores; {ascii(text)} is not one{could}.",
+            field=field,
+        )
+    return slug
+
+
+_SPACES = re.compile(r"[\s-]+")
 
 
 def checked_int(value: Any, *, field: str, minimum: int, maximum: int, default: int) -> int:

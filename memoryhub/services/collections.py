@@ -13,7 +13,6 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
-from django.utils.text import slugify
 
 from memoryhub import access
 from memoryhub.access import Caller
@@ -27,7 +26,7 @@ from memoryhub.models import (
     ResourceVersion,
     Source,
 )
-from memoryhub.services.arguments import checked_text, storable
+from memoryhub.services.arguments import checked_name, checked_text, storable
 from memoryhub.services.conflicts import created_once
 from memoryhub.services.members import member_get
 
@@ -67,11 +66,8 @@ def collection_create(*, caller: Caller, name: str, description: str = "", exist
 
 
 def _slug(name: str) -> str:
-    """A name that is too long or cannot be stored is refused, not cut."""
-    slug = slugify(checked_text(name, field="name", max_chars=COLLECTION_NAME_MAX_CHARS))
-    if not slug:
-        raise InvalidArgument("A collection needs a name of letters, digits or hyphens.", field="name")
-    return slug
+    """The name as stored; any other name, or one too long, is refused, not rewritten."""
+    return checked_name(name, field="name", max_chars=COLLECTION_NAME_MAX_CHARS, what="A collection")
 
 
 def _locked(caller: Caller, collection_id: int | None, name: str | None) -> Collection:

@@ -6,13 +6,12 @@ from collections.abc import Sequence
 
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
-from django.utils.text import slugify
 
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Role, Tenant
-from memoryhub.services.arguments import checked_text
+from memoryhub.services.arguments import checked_name, checked_text
 from memoryhub.services.conflicts import created_once
 
 ROLE_NAME_MAX_CHARS = 64
@@ -47,12 +46,9 @@ def role_get(*, caller: Caller, role_id: int | None = None, name: str | None = N
 
 
 def role_name(name: str) -> str:
-    """The role's name as stored (lower case, letters, digits and hyphens); a
-    name that is too long or cannot be stored is refused, not cut."""
-    clean = slugify(checked_text(name, field="name", max_chars=ROLE_NAME_MAX_CHARS))
-    if not clean:
-        raise InvalidArgument("A role needs a name of letters, digits or hyphens.", field="name")
-    return clean
+    """The role's name as stored (lower case: letters, digits, hyphens and
+    underscores); any other name, or one too long, is refused, not rewritten."""
+    return checked_name(name, field="name", max_chars=ROLE_NAME_MAX_CHARS, what="A role")
 
 
 @transaction.atomic

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Count, Q
-from django.utils.text import slugify
 
 from memoryhub import access
 from memoryhub.access import Caller, Operator
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import AccessRule, Agent, Collection, Membership, Proposal, Role, Source, Tenant
-from memoryhub.services.arguments import checked_text, storable
+from memoryhub.services.arguments import checked_name, checked_text, storable
 
 BLOCKED_TERMS_MAX = 200
 BLOCKED_TERM_MAX_CHARS = 100
@@ -34,10 +33,8 @@ def workspace_get(*, slug: str) -> Tenant:
 def workspace_create(*, caller: Operator, slug: str, name: str = "", exist_ok: bool = False) -> Tenant:
     access.require_operator(caller)
     # Too long or unstorable is refused, not cut.
-    clean = slugify(checked_text(slug, field="slug", max_chars=SLUG_MAX_CHARS))
+    clean = checked_name(slug, field="slug", max_chars=SLUG_MAX_CHARS, what="A workspace")
     name = checked_text(name, field="name", max_chars=NAME_MAX_CHARS)
-    if not clean:
-        raise InvalidArgument("A workspace needs a slug of letters, digits or hyphens.", field="slug")
     existing = Tenant.objects.filter(slug=clean).first()
     if existing is not None:
         if exist_ok:

@@ -367,7 +367,8 @@ def _judged_rows(writer: Writer, text: str, vector: list[float] | None) -> dict[
     found: dict[int, list[Fragment]] = {}
     # A union's rows come in no set order: the neighbours are put back in
     # theirs (PostgreSQL sorts a NaN distance last, and orders uuids as Python does).
-    for row in sorted(parts[0].union(*parts[1:], all=True), key=lambda row: (row.kind, _last_if_nan(row.distance), row.pk)):
+    rows = parts[0].union(*parts[1:], all=True)
+    for row in sorted(rows, key=lambda row: (row.kind, _last_if_nan(row.distance), row.pk)):
         found.setdefault(row.kind, []).append(row)
     return found
 

@@ -95,3 +95,29 @@ def test_the_schema_describes_every_admin_route_and_its_scope(asgi_server):
     flow = scheme["flows"]["authorizationCode"]
     assert list(flow["scopes"]) == ["workspace.admin"]
     assert flow["authorizationUrl"] == "/o/authorize/" and flow["tokenUrl"] == "/o/token/"
+
+
+@pytest.mark.parametrize("name", [
+    "<script>x</script>", "\x1b[31mred\x1b[0m", "\u0435ngineering", "caf\u00e9", "on call!", "-leading", "a\u202eb",
+])
+def test_a_name_that_would_lose_characters_is_refused_not_rewritten(ada_api, live_people, name):
+    """Each of these used to be slugified into a name nobody typed ("scriptxscript",
+    "31mred0m", "ngineering"); now every creating route refuses it and changes nothing."""
+    before = state(live_people.acme)
+    for path, body in [("/roles", {"name": name}), ("/collections", {"name": name}), ("/sources", {"name": name}),
+                       ("/agents", {"name": name, "scopes": ["memory.read"]})]:
+        response = ada_api.call("POST", path, body)
+        assert response.status_code == 400, (path, response.text)
+        error = response.json()["error"]
+        assert error["field"] == "name", path
+        # The name is echoed with anything unusual escaped: no raw ESC, no look-alike letter.
+        assert error["message"].isascii() and "\x1b" not in error["message"], error["message"]
+    accounts = Collection.objects.get(tenant=live_people.acme, name="accounts").pk
+    assert ada_api.call("PATCH", f"/collections/{accounts}", {"name": name}).status_code == 400
+    assert state(live_people.acme) == before
+
+
+def test_spaces_and_capitals_are_written_the_stored_way(ada_api, live_people):
+    created = ada_api.call("POST", "/roles", {"name": "  On Call  "})
+    assert created.status_code == 201, created.text
+    assert Role.objects.filter(tenant=live_people.acme, name="on-call").exists()

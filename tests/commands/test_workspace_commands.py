@@ -296,3 +296,13 @@ def test_without_json_a_refusal_is_only_the_message(people):
     with pytest.raises(CommandError, match="already exists"):
         call_command("role", "acme", "sales", "create", stdout=out)
     assert out.getvalue() == ""
+
+
+def test_a_name_that_would_lose_characters_is_refused_with_its_escaped_echo(people):
+    error = refused("create_workspace", "\x1b[31mred\x1b[0m")
+    assert error["field"] == "slug" and "\x1b" not in error["message"] and "\\x1b" in error["message"]
+    assert "'31mred0m'" in error["message"]  # the form it could take, for the admin to choose
+    assert refused("register_agent", "acme", "<b>scribe</b>", scopes="memory.read")["field"] == "name"
+    assert not Tenant.objects.filter(slug="31mred0m").exists()
+    from memoryhub.models import Agent
+    assert not Agent.objects.filter(name__in=["bscribeb", "scribe"]).exists()
