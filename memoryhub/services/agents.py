@@ -58,7 +58,8 @@ def _validated_scopes(scopes: Sequence[str], allowed: Sequence[str]) -> str:
     unknown = sorted(set(scopes) - set(allowed))
     if unknown:
         raise InvalidArgument(
-            f"Scopes {', '.join(unknown)} cannot be granted here; choose from {', '.join(allowed)}.",
+            # Echoed escaped: what a terminal or a page shows back is never raw control text.
+            f"Scopes {', '.join(map(ascii, unknown))} cannot be granted here; choose from {', '.join(allowed)}.",
             field="scopes",
         )
     if not scopes:

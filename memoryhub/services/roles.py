@@ -79,5 +79,6 @@ def roles_named(tenant: Tenant, names: Sequence[str]) -> list[Role]:
     roles = list(Role.objects.filter(tenant=tenant, name__in=wanted))
     unknown = wanted - {role.name for role in roles}
     if unknown:
-        raise InvalidArgument(f"No role named {', '.join(sorted(unknown))} in this workspace.", field="roles")
+        named = ", ".join(map(ascii, sorted(unknown)))
+        raise InvalidArgument(f"No role named {named} in this workspace.", field="roles")
     return roles

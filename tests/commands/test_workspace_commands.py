@@ -303,6 +303,8 @@ def test_a_name_that_would_lose_characters_is_refused_with_its_escaped_echo(peop
     assert error["field"] == "slug" and "\x1b" not in error["message"] and "\\x1b" in error["message"]
     assert "'31mred0m'" in error["message"]  # the form it could take, for the admin to choose
     assert refused("register_agent", "acme", "<b>scribe</b>", scopes="memory.read")["field"] == "name"
+    scope = refused("register_agent", "acme", "scribe", scopes="memory.read,\x1b[2Jmemory.x")
+    assert scope["field"] == "scopes" and "\x1b" not in scope["message"] and "'\\x1b[2Jmemory.x'" in scope["message"]
     assert not Tenant.objects.filter(slug="31mred0m").exists()
     from memoryhub.models import Agent
     assert not Agent.objects.filter(name__in=["bscribeb", "scribe"]).exists()
