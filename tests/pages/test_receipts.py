@@ -80,11 +80,11 @@ def test_each_receipt_says_which_app_searched(people):
     assert listed == {by_app.receipt_id: "the app “Claude Desktop”", on_site: "this website",
                       gone.receipt_id: "an app no longer registered (deleted-client)"}
     text = client.get("/receipts/").content.decode()
-    assert "Searched from <strong>the app “Claude Desktop”</strong>" in text
-    assert "Searched from <strong>this website</strong>" in text
+    assert "Searched from <strong><bdi>the app “Claude Desktop”</bdi></strong>" in text
+    assert "Searched from <strong><bdi>this website</bdi></strong>" in text
     detail = client.get(f"/receipts/{by_app.receipt_id}/")
     assert detail.context["replay"].client == "the app “Claude Desktop”"
-    assert 'id="receipt-client">the app “Claude Desktop”<' in detail.content.decode()
+    assert 'id="receipt-client"><bdi>the app “Claude Desktop”</bdi><' in detail.content.decode()
     # An app cannot pass for the site by its name.
     app.name = "this website"
     app.save()

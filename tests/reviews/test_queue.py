@@ -43,8 +43,8 @@ def test_the_preview_says_what_would_be_merged_or_superseded(people):
     # Another conversation: the same payload again would be an idempotent retry.
     propose(people.triage_bot, "The deploy window is at 14:00.", session_id="later")
     text = signed_in(people.ada).get("/reviews/").content.decode()
-    assert "Replaces “The deploy window is at 14:00.”" in text
-    assert "Already in triage-bot's memory: “The deploy window is at 14:00.”" in text
+    assert "Replaces “<bdi>The deploy window is at 14:00.</bdi>”" in text
+    assert "Already in triage-bot's memory: “<bdi>The deploy window is at 14:00.</bdi>”" in text
 
 
 def test_the_preview_says_why_a_fact_would_be_dropped(people):

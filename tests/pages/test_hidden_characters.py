@@ -1,0 +1,71 @@
+"""Stored text that would act on the display instead of being seen (bidi
+overrides, isolates, control characters) is shown as a visible marker, on the
+review console and on a person's memory pages, never passed on raw."""
+
+from __future__ import annotations
+
+import pytest
+from django.template import Context, Template
+
+from memoryhub.models import Proposal
+from memoryhub.services.fragments import fragment_write
+from tests.conftest import signed_in
+
+TRICK = "Pay invoice\u202egpj.exe\u202c now \x1b[31mred\x07"
+RAW = ("\u202e", "\u202c", "\x1b", "\x07")
+
+
+def rendered(template: str, **context: object) -> str:
+    return Template("{% load shown %}" + template).render(Context(context))
+
+
+def test_the_filter_marks_each_hidden_character_and_escapes_the_rest():
+    html = rendered("{{ value|shown }}", value=TRICK + " <b>&")
+    assert not any(char in html for char in RAW)
+    for code in ("U+202E", "U+202C", "U+001B", "U+0007"):
+        assert f"[{code}]</span>" in html
+    assert 'title="RIGHT-TO-LEFT OVERRIDE"' in html
+    assert "&lt;b&gt;&amp;" in html and html.startswith("<bdi>") and html.endswith("</bdi>")
+
+
+@pytest.mark.parametrize("value", ["", None, "plain words", "שלום עולם", "emoji \U0001f468\u200d\U0001f469", "a\tb\nc"])
+def test_ordinary_text_passes_unmarked(value):
+    html = rendered("{{ value|shown }}", value=value)
+    assert "hidden-char" not in html
+    assert html == f"<bdi>{value or ''}</bdi>"
+
+
+def test_line_breaks_still_become_breaks_after_it():
+    assert rendered("{{ value|shown|linebreaksbr }}", value="one\ntwo <i>") == "<bdi>one<br>two &lt;i&gt;</bdi>"
+
+
+def test_the_review_console_shows_a_proposals_hidden_characters(people):
+    from django.utils import timezone
+
+    from memoryhub.services.proposals import proposal_park
+
+    bot = people.caller(people.triage_bot, client_id=people.triage_bot.client_id)
+    proposal_park(caller=bot, content=TRICK, session_id="s\u2067ion\u2069", resource="", now=timezone.now())
+    proposal = Proposal.objects.get(tenant=people.acme, content=TRICK)
+    admin = signed_in(people.ada)
+    queue = admin.get("/reviews/").content.decode()
+    assert "[U+202E]" in queue and "[U+001B]" in queue and "[U+2067]" in queue
+    assert not any(char in queue for char in (*RAW, "\u2067"))
+    # The edit box holds the text as stored (approving it unedited must not
+    # count as an edit); above it, the same text with each character marked.
+    detail = admin.get(f"/reviews/{proposal.pk}/").content.decode()
+    warning = detail.split('id="hidden-characters"', 1)[1].split("</div>", 1)[0]
+    assert "[U+202E]" in warning and "[U+0007]" in warning and not any(char in warning for char in RAW)
+    assert "[U+2067]" in detail.split("<dt>Session</dt>", 1)[1].split("</dd>", 1)[0]
+    proposal_park(caller=bot, content="The office closes at 6pm.", session_id="", resource="", now=timezone.now())
+    plain = Proposal.objects.get(tenant=people.acme, content="The office closes at 6pm.")
+    page = admin.get(f"/reviews/{plain.pk}/")
+    assert page.status_code == 200 and 'id="hidden-characters"' not in page.content.decode()
+
+
+def test_a_persons_memory_page_shows_hidden_characters(people):
+    bruno = people.caller(people.bruno, client_id="chat-app")
+    fragment_write(caller=bruno, content=TRICK, session_id="chat\u202e1")
+    client = signed_in(people.bruno)
+    page = client.get("/memory/").content.decode()
+    assert "[U+202E]" in page and not any(char in page for char in RAW)
