@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import logging
 import math
 import re
@@ -223,14 +224,14 @@ class Writer:
         tenant = self.tenant
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT t.write_policy, t.blocked_terms FROM pg_advisory_xact_lock(%s) AS held, "  # noqa: S608
+                f"SELECT t.write_policy, t.blocked_terms::text FROM pg_advisory_xact_lock(%s) AS held, "  # noqa: S608
                 f"{Tenant._meta.db_table} AS t WHERE t.id = %s",
                 [self.lock_key, tenant.pk],
             )
             row = cursor.fetchone()
         if row is not None:
             tenant.write_policy = row[0]
-            tenant.blocked_terms = Tenant._meta.get_field("blocked_terms").from_db_value(row[1], None, connection)
+            tenant.blocked_terms = json.loads(row[1])
 
     @property
     def lock_key(self) -> int:
@@ -398,7 +399,7 @@ def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, 
         return "stored", None, ""
     words = content_tokens(text)
     for neighbour in found.get(_NEIGHBOUR, ()):
-        similarity = 1.0 - float(neighbour.distance)
+        similarity = 1.0 - float(vars(neighbour)["distance"])
         if similarity < SUPERSEDE_SIMILARITY:
             break
         theirs = content_tokens(neighbour.value)

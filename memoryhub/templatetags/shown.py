@@ -47,7 +47,8 @@ def has_hidden(value: object) -> bool:
 def shown(value: object, autoescape: bool = True) -> SafeString:
     text = "" if value is None else str(value)
     escape = conditional_escape if autoescape else (lambda part: part)
-    parts, plain = [], []
+    parts: list[str] = []
+    plain: list[str] = []
     for char in text:
         if hidden_character(char):
             if plain:
