@@ -19,7 +19,7 @@ def test_a_slug_is_stored_in_lower_case_with_spaces_as_hyphens(given, stored):
 
 @pytest.mark.parametrize(("given", "could"), [
     ("<script>x</script>", "scriptxscript"), ("\x1b[31mred\x1b[0m", "31mred0m"), ("\u0435ngineering", "ngineering"),
-    ("\u00c4ngel", "angel"), ("x!!", "x"), ("-x", "x"), ("a\u202eb", "ab"), ("\u2603", None),
+    ("\u00c4ngel", "angel"), ("x!!", "x"), ("-x", "x"), ("x_", "x"), ("_x", "x"), ("a\u202eb", "ab"), ("\u2603", None),
 ])
 def test_a_name_that_would_lose_characters_is_refused(given, could):
     with pytest.raises(InvalidArgument) as refused:

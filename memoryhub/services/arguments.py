@@ -82,7 +82,8 @@ def checked_name(value: Any, *, field: str, max_chars: int, what: str) -> str:
     if slug != _SPACES.sub("-", text.lower()):
         could = f" (it could be {slug!r})" if slug else ""
         raise InvalidArgument(
-            f"{what} needs a name of letters, digits, hyphens or underscores; {ascii(text)} is not one{could}.",
+            f"{what} needs a name of letters, digits, hyphens or underscores, beginning and ending with a letter or "
+            f"digit; {ascii(text)} is not one{could}.",
             field=field,
         )
     return slug

@@ -75,10 +75,9 @@ def role_delete(*, caller: Caller, role_id: int | None = None, name: str | None 
 def roles_named(tenant: Tenant, names: Sequence[str]) -> list[Role]:
     """These roles of `tenant`, every one of which must exist (callers have
     passed `require_admin` for `tenant`)."""
-    wanted = {role_name(name) for name in names}
+    wanted = {checked_name(name, field="roles", max_chars=ROLE_NAME_MAX_CHARS, what="A role") for name in names}
     roles = list(Role.objects.filter(tenant=tenant, name__in=wanted))
     unknown = wanted - {role.name for role in roles}
     if unknown:
-        named = ", ".join(map(ascii, sorted(unknown)))
-        raise InvalidArgument(f"No role named {named} in this workspace.", field="roles")
+        raise InvalidArgument(f"No role named {', '.join(sorted(unknown))} in this workspace.", field="roles")
     return roles

@@ -216,22 +216,24 @@ class Writer:
         return Fragment.objects.filter(tenant=self.tenant, retired_at__isnull=True, **owner)
 
     def hold(self) -> None:
-        """Take this writer's lock until the transaction ends and read the
-        workspace's write policy as it is now (not as it was when the caller
-        was read), in one statement. One write at a time per writer: two
-        concurrent writes must not both supersede the same fact or both store
-        the same one, and forgetting must not cross a write."""
+        """Take this writer's lock until the transaction ends, and read the
+        workspace's write policy in the same statement (not the one read with
+        the caller). One write at a time per writer: two concurrent writes must
+        not both supersede the same fact or both store the same one, and
+        forgetting must not cross a write."""
         tenant = self.tenant
         with connection.cursor() as cursor:
+            # The lock is the statement's first row source: it is taken whatever the join finds.
             cursor.execute(
-                f"SELECT t.write_policy, t.blocked_terms::text FROM pg_advisory_xact_lock(%s) AS held, "  # noqa: S608
-                f"{Tenant._meta.db_table} AS t WHERE t.id = %s",
+                f"SELECT t.write_policy, t.blocked_terms::text FROM pg_advisory_xact_lock(%s) AS held "  # noqa: S608
+                f"LEFT JOIN {Tenant._meta.db_table} AS t ON t.id = %s",
                 [self.lock_key, tenant.pk],
             )
-            row = cursor.fetchone()
-        if row is not None:
-            tenant.write_policy = row[0]
-            tenant.blocked_terms = json.loads(row[1])
+            policy, blocked = cursor.fetchone()
+        if policy is None:
+            raise Tenant.DoesNotExist("The workspace of this write no longer exists.")
+        tenant.write_policy = policy
+        tenant.blocked_terms = json.loads(blocked)
 
     @property
     def lock_key(self) -> int:

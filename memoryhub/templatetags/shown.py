@@ -16,19 +16,27 @@ import unicodedata
 
 from django import template
 from django.utils.html import conditional_escape, format_html
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeData, SafeString, mark_safe
 
 register = template.Library()
 
 # Bidi formatting characters (Unicode's Bidi_Control): marks, embeddings,
 # overrides, isolates.
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-KEPT = frozenset("\n\t")
+# Format characters that show nothing: zero-width space, word joiner and the
+# invisible operators, the byte order mark, and the tag characters (which can
+# carry a whole hidden text). Zero-width (non-)joiners are not among them:
+# emoji sequences and several scripts need them.
+INVISIBLE = frozenset("\u200b\u2060\u2061\u2062\u2063\u2064\ufeff")
+TAGS = range(0xE0000, 0xE0080)
+# Line breaks (a browser sends a textarea's as CRLF) and tabs stay what they are.
+KEPT = frozenset("\n\r\t")
 
 
 def hidden_character(char: str) -> bool:
     """Whether `char` would act on the display instead of being seen."""
-    return char in BIDI_CONTROLS or (unicodedata.category(char) == "Cc" and char not in KEPT)
+    return (char in BIDI_CONTROLS or char in INVISIBLE or ord(char) in TAGS
+            or (unicodedata.category(char) == "Cc" and char not in KEPT))
 
 
 def _marker(char: str) -> str:
@@ -43,10 +51,19 @@ def has_hidden(value: object) -> bool:
     return any(hidden_character(char) for char in ("" if value is None else str(value)))
 
 
+@register.filter
+def shown_text(value: object) -> str:
+    """`shown`'s markers as plain text, for where no markup may go (a page's
+    <title>, an attribute); escaped there as any text is."""
+    return "".join(f"[U+{ord(char):04X}]" if hidden_character(char) else char
+                   for char in ("" if value is None else str(value)))
+
+
 @register.filter(needs_autoescape=True)
 def shown(value: object, autoescape: bool = True) -> SafeString:
     text = "" if value is None else str(value)
-    escape = conditional_escape if autoescape else (lambda part: part)
+    # What is already safe (the output of `join`, say) was escaped once.
+    escape = conditional_escape if autoescape and not isinstance(value, SafeData) else (lambda part: part)
     parts: list[str] = []
     plain: list[str] = []
     for char in text:

@@ -114,6 +114,8 @@ def test_a_name_that_would_lose_characters_is_refused_not_rewritten(ada_api, liv
         assert error["message"].isascii() and "\x1b" not in error["message"], error["message"]
     accounts = Collection.objects.get(tenant=live_people.acme, name="accounts").pk
     assert ada_api.call("PATCH", f"/collections/{accounts}", {"name": name}).status_code == 400
+    member = ada_api.call("PATCH", f"/members/{live_people.cleo.pk}", {"roles": [name]})
+    assert member.status_code == 400 and member.json()["error"]["field"] == "roles", member.text
     assert state(live_people.acme) == before
 
 

@@ -261,9 +261,11 @@ def test_a_one_fact_write_sends_five_statements(bruno):
     assert sent[3].startswith('INSERT INTO "memoryhub_fragment"')
 
 
-def test_the_judgement_reads_neighbours_in_their_order(people, bruno):
+def test_the_judgement_reads_neighbours_in_their_order(people, bruno, monkeypatch):
     """The neighbours come from a union, in no set order: the judgement still
-    weighs the nearest first (ties by id), as an ordered query would give them."""
+    weighs the nearest first (ties by id), as an ordered query would give them,
+    whatever order the union's rows arrive in (here: reversed)."""
+    from django.db.models import QuerySet
     from pgvector.django import CosineDistance
 
     for value in ("The deploy window is Thursday evening.", "The deploy freeze starts in December.",
@@ -272,6 +274,8 @@ def test_the_judgement_reads_neighbours_in_their_order(people, bruno):
         fragment_write(caller=bruno, content=value)
     writer = write.Writer(tenant=bruno.tenant, user=bruno.user)
     vector = write._embed(["When is the deploy window?"])[0]
+    union = QuerySet.union
+    monkeypatch.setattr(QuerySet, "union", lambda self, *others, all=False: list(union(self, *others, all=all))[::-1])
     found = write._judged_rows(writer, "When is the deploy window?", vector)
     expected = list(
         writer.live_private().annotate(distance=CosineDistance("embedding", vector))
@@ -279,3 +283,14 @@ def test_the_judgement_reads_neighbours_in_their_order(people, bruno):
     )
     assert [row.pk for row in found[write._NEIGHBOUR]] == expected
     assert write._SAME not in found and write._SUBJECT not in found
+
+
+def test_a_write_for_a_workspace_gone_is_refused_before_it_judges(people):
+    import uuid
+
+    from django.db import transaction
+
+    from memoryhub.models import Tenant
+
+    with pytest.raises(Tenant.DoesNotExist), transaction.atomic():
+        write.Writer(tenant=Tenant(pk=uuid.uuid4()), user=people.bruno).hold()

@@ -53,6 +53,19 @@ def test_the_consent_page_says_what_the_admin_scope_allows(people, mcp_client):
     assert "Search the memory you can see" not in text
 
 
+def test_a_client_name_that_would_display_as_another_is_shown_marked(people, mcp_client):
+    """A registered name with a right-to-left override ("Notes \u202eppa" displays
+    as "Notes app") is shown on the consent page and the tab title with the
+    override marked, never raw."""
+    mcp_client.name = "Claude \u202eppa\u202c"
+    mcp_client.save()
+    _, challenge = pkce_pair()
+    text = signed_in(people.bruno).get(authorize_url(mcp_client, challenge)).content.decode()
+    assert "\u202e" not in text and "\u202c" not in text
+    assert '<span class="client-name"><bdi>Claude <span class="hidden-char"' in text
+    assert "<title>Connect Claude [U+202E]ppa[U+202C]" in text
+
+
 def test_the_consent_page_cannot_be_framed(people, mcp_client):
     _, challenge = pkce_pair()
     page = signed_in(people.bruno).get(authorize_url(mcp_client, challenge))

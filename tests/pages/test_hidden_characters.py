@@ -35,6 +35,23 @@ def test_ordinary_text_passes_unmarked(value):
     assert html == f"<bdi>{value or ''}</bdi>"
 
 
+@pytest.mark.parametrize(("char", "code"), [
+    ("\u200b", "U+200B"), ("\u2060", "U+2060"), ("\ufeff", "U+FEFF"), ("\U000e0041", "U+E0041"), ("\x85", "U+0085"),
+])
+def test_characters_that_show_nothing_are_marked(char, code):
+    assert f"[{code}]</span>" in rendered("{{ value|shown }}", value=f"pay{char}pal")
+
+
+def test_what_is_already_escaped_is_not_escaped_again():
+    html = rendered('{{ names|join:", "|shown }}', names=["a&b", "c\u202ed"])
+    assert html.startswith("<bdi>a&amp;b, c<span") and "&amp;amp;" not in html and "[U+202E]" in html
+
+
+def test_a_browsers_line_breaks_are_not_marked():
+    assert rendered("{{ value|shown|linebreaksbr }}", value="one\r\ntwo") == "<bdi>one<br>two</bdi>"
+    assert rendered("{{ value|has_hidden }}", value="one\r\ntwo") == "False"
+
+
 def test_line_breaks_still_become_breaks_after_it():
     assert rendered("{{ value|shown|linebreaksbr }}", value="one\ntwo <i>") == "<bdi>one<br>two &lt;i&gt;</bdi>"
 
