@@ -33,3 +33,14 @@ def test_a_name_that_would_lose_characters_is_refused(given, could):
 def test_empty_too_long_or_unstorable_is_refused(given):
     with pytest.raises(InvalidArgument):
         checked_name(given, field="name", max_chars=64, what="A role")
+
+
+@pytest.mark.parametrize(("given", "mixed"), [
+    ("\u0430da", ["LATIN", "CYRILLIC"]), ("ad\u03bf", ["LATIN", "GREEK"]), ("\u0430\u03b1", ["CYRILLIC", "GREEK"]),
+    ("ada", []), ("jos\u00e9", []), ("\u0430\u043d\u044f", []), ("\u03b1\u03bb\u03b5\u03be", []), ("ada.2", []),
+    ("taro\u5c71\u7530", []), ("\u5c71\u7530\u3072\u308d", []),
+])
+def test_look_alike_scripts_are_found_only_when_mixed(given, mixed):
+    from memoryhub.services.arguments import look_alike_scripts
+
+    assert look_alike_scripts(given) == mixed

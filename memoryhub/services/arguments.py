@@ -91,6 +91,18 @@ def checked_name(value: Any, *, field: str, max_chars: int, what: str) -> str:
 
 _SPACES = re.compile(r"[\s-]+")
 
+# Scripts whose letters pass for each other ("а" is Cyrillic, "ο" Greek).
+LOOK_ALIKE_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")
+
+
+def look_alike_scripts(text: str) -> list[str]:
+    """The look-alike scripts whose letters `text` mixes (two or more), else
+    []: "\u0430da" mixes Cyrillic and Latin and reads as "ada". One script
+    alone, or letters of other scripts, never count."""
+    scripts = {unicodedata.name(char, "").split(" ", 1)[0] for char in text if char.isalpha()}
+    mixed = [script for script in LOOK_ALIKE_SCRIPTS if script in scripts]
+    return mixed if len(mixed) > 1 else []
+
 
 def checked_int(value: Any, *, field: str, minimum: int, maximum: int, default: int) -> int:
     if value is None:

@@ -37,7 +37,7 @@ from memoryhub import access
 from memoryhub.access import ADMIN_SCOPE, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Membership, Tenant, User
-from memoryhub.services.arguments import storable
+from memoryhub.services.arguments import look_alike_scripts, storable
 from memoryhub.services.conflicts import unique_or_conflict
 from memoryhub.services.roles import role_create, role_get, roles_named
 
@@ -88,6 +88,14 @@ def member_add(
     username = username.strip()
     if not _USERNAME.match(username):
         raise InvalidArgument("A username is 1-150 letters, digits or . @ + - _.", field="username")
+    mixed = look_alike_scripts(username)
+    if mixed:
+        # Such a name can read as another person's ("\u0430da" as "ada") wherever it is shown.
+        raise InvalidArgument(
+            f"A username's letters come from one script; {ascii(username)} mixes "
+            f"{' and '.join(script.title() for script in mixed)} letters, so it could pass for another name.",
+            field="username",
+        )
     if len(email) > EMAIL_MAX_CHARS:
         raise InvalidArgument(f"An email address is at most {EMAIL_MAX_CHARS} characters.", field="email")
     storable(email, field="email")

@@ -308,3 +308,11 @@ def test_a_name_that_would_lose_characters_is_refused_with_its_escaped_echo(peop
     assert not Tenant.objects.filter(slug="31mred0m").exists()
     from memoryhub.models import Agent
     assert not Agent.objects.filter(name__in=["bscribeb", "scribe"]).exists()
+
+
+def test_add_person_refuses_a_login_name_that_passes_for_another(people, monkeypatch):
+    monkeypatch.setenv("MEMORYHUB_PASSWORD", "a long enough passphrase")
+    error = refused("add_person", "acme", "\u0430da")
+    assert error["field"] == "username" and "\\u0430da" in error["message"]
+    from memoryhub.models import User
+    assert not User.objects.filter(username="\u0430da").exists()

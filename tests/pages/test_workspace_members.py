@@ -39,6 +39,17 @@ def test_it_refuses_a_taken_name_or_a_weak_password(people):
     assert list(User.objects.filter(username__iexact="bruno")) == [people.bruno]
 
 
+def test_it_refuses_a_login_name_that_passes_for_another(people):
+    """"\u0430da" with a Cyrillic "а" reads as "ada" on every page that names people."""
+    client = signed_in(people.ada)
+    response = client.post("/workspace/members/add/", {"username": "\u0430da", "password": PASSWORD})
+    assert response.status_code == 400 and b"mixes Latin and Cyrillic letters" in response.content
+    assert not User.objects.filter(username="\u0430da").exists()
+    # One script alone is a name like any other.
+    one_script = client.post("/workspace/members/add/", {"username": "\u0430\u043d\u044f", "password": PASSWORD})
+    assert one_script.status_code == 302
+
+
 def test_a_name_taken_in_another_workspace_is_free_here(people):
     # Another workspace's people are none of this admin's business: the name is simply free.
     response = signed_in(people.ada).post("/workspace/members/add/", {"username": "olga", "password": PASSWORD})
