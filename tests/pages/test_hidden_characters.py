@@ -86,3 +86,15 @@ def test_a_persons_memory_page_shows_hidden_characters(people):
     client = signed_in(people.bruno)
     page = client.get("/memory/").content.decode()
     assert "[U+202E]" in page and not any(char in page for char in RAW)
+
+
+def test_the_workspace_pages_show_hidden_characters(people):
+    from memoryhub.models import Collection, Source
+
+    Collection.objects.filter(tenant=people.acme, name="runbooks").update(description="How-to \u202eevil")
+    Source.objects.filter(pk=people.wiki.pk).update(kind="wiki\x1b[0m", last_error="refused \u2066x\u2069")
+    admin = signed_in(people.ada)
+    collections = admin.get("/workspace/collections/").content.decode()
+    assert "[U+202E]" in collections and "\u202e" not in collections
+    sources = admin.get("/workspace/sources/").content.decode()
+    assert "[U+001B]" in sources and "[U+2066]" in sources and "\x1b" not in sources and "\u2066" not in sources
