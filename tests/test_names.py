@@ -44,3 +44,22 @@ def test_look_alike_scripts_are_found_only_when_mixed(given, mixed):
     from memoryhub.services.arguments import look_alike_scripts
 
     assert look_alike_scripts(given) == mixed
+
+
+
+@pytest.mark.parametrize(("given", "why"), [
+    ("\u0430da", "mixes Latin and Cyrillic letters"), ("\uff41da", "would read as 'ada'"),
+    ("\U0001d5bada", "would read as 'ada'"), ("\u212aate", "would read as 'Kate'"), ("\u2113ee", "would read as 'lee'"),
+    ("\u2170van", "would read as 'ivan'"), ("\u3164ada", "stand for others"),
+])
+def test_a_name_that_passes_for_another_is_found(given, why):
+    from memoryhub.services.arguments import passes_for_another
+
+    assert why in (passes_for_another(given) or "")
+
+
+@pytest.mark.parametrize("given", ["ada", "jos\u00e9", "stra\u00dfe", "\u5c71\u7530", "ada.2", "\u0430\u043d\u044f"])
+def test_an_ordinary_name_does_not(given):
+    from memoryhub.services.arguments import passes_for_another
+
+    assert passes_for_another(given) is None

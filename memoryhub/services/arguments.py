@@ -104,6 +104,22 @@ def look_alike_scripts(text: str) -> list[str]:
     return mixed if len(mixed) > 1 else []
 
 
+def passes_for_another(text: str) -> str | None:
+    """Why a name could read as another one, or None: it holds characters that
+    stand for others (fullwidth "ａ", mathematical "𝖺", the Kelvin sign, Roman
+    numerals, the Hangul filler, which shows nothing: compatibility
+    normalisation changes them), or it mixes look-alike scripts. An all-
+    Cyrillic "асе" still reads as "ace": telling that needs Unicode's
+    confusables data, which is not at hand."""
+    normal = unicodedata.normalize("NFKC", text)
+    if normal != text:
+        return f"holds characters that stand for others (it would read as {ascii(normal)})"
+    mixed = look_alike_scripts(text)
+    if mixed:
+        return f"mixes {' and '.join(script.title() for script in mixed)} letters"
+    return None
+
+
 def checked_int(value: Any, *, field: str, minimum: int, maximum: int, default: int) -> int:
     if value is None:
         return default

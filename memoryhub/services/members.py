@@ -23,6 +23,7 @@ used in another workspace.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from django.contrib.auth import password_validation
@@ -37,7 +38,7 @@ from memoryhub import access
 from memoryhub.access import ADMIN_SCOPE, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Membership, Tenant, User
-from memoryhub.services.arguments import look_alike_scripts, storable
+from memoryhub.services.arguments import passes_for_another, storable
 from memoryhub.services.conflicts import unique_or_conflict
 from memoryhub.services.roles import role_create, role_get, roles_named
 
@@ -85,17 +86,15 @@ def member_add(
     """A new person in the caller's workspace, signing in with `password`
     (None: no usable password until one is set)."""
     tenant = access.require_admin(caller)
-    username = username.strip()
+    # Composed (NFC): the same text, in the form sign-in compares.
+    username = unicodedata.normalize("NFC", username.strip())
     if not _USERNAME.match(username):
         raise InvalidArgument("A username is 1-150 letters, digits or . @ + - _.", field="username")
-    mixed = look_alike_scripts(username)
-    if mixed:
+    looks_like = passes_for_another(username)
+    if looks_like:
         # Such a name can read as another person's ("\u0430da" as "ada") wherever it is shown.
-        raise InvalidArgument(
-            f"A username's letters come from one script; {ascii(username)} mixes "
-            f"{' and '.join(script.title() for script in mixed)} letters, so it could pass for another name.",
-            field="username",
-        )
+        raise InvalidArgument(f"{ascii(username)} {looks_like}, so it could pass for another name.",
+                              field="username")
     if len(email) > EMAIL_MAX_CHARS:
         raise InvalidArgument(f"An email address is at most {EMAIL_MAX_CHARS} characters.", field="email")
     storable(email, field="email")

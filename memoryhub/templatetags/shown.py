@@ -27,15 +27,22 @@ BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206
 # invisible operators, the byte order mark, and the tag characters (which can
 # carry a whole hidden text). Zero-width (non-)joiners are not among them:
 # emoji sequences and several scripts need them.
-INVISIBLE = frozenset("\u200b\u2060\u2061\u2062\u2063\u2064\ufeff")
+# Likewise the Hangul fillers, the Mongolian vowel separator, the deprecated
+# format characters and the interlinear annotation marks; and the tag
+# characters and the supplementary variation selectors.
+INVISIBLE = frozenset(
+    "\u200b\u2060\u2061\u2062\u2063\u2064\ufeff\u115f\u1160\u3164\uffa0\u180e"
+    "\u206a\u206b\u206c\u206d\u206e\u206f\ufff9\ufffa\ufffb"
+)
 TAGS = range(0xE0000, 0xE0080)
+VARIATION_SELECTORS = range(0xE0100, 0xE01F0)
 # Line breaks (a browser sends a textarea's as CRLF) and tabs stay what they are.
 KEPT = frozenset("\n\r\t")
 
 
 def hidden_character(char: str) -> bool:
     """Whether `char` would act on the display instead of being seen."""
-    return (char in BIDI_CONTROLS or char in INVISIBLE or ord(char) in TAGS
+    return (char in BIDI_CONTROLS or char in INVISIBLE or ord(char) in TAGS or ord(char) in VARIATION_SELECTORS
             or (unicodedata.category(char) == "Cc" and char not in KEPT))
 
 
@@ -51,7 +58,7 @@ def has_hidden(value: object) -> bool:
     return any(hidden_character(char) for char in ("" if value is None else str(value)))
 
 
-@register.filter
+@register.filter(is_safe=True)
 def shown_text(value: object) -> str:
     """`shown`'s markers as plain text, for where no markup may go (a page's
     <title>, an attribute); escaped there as any text is."""

@@ -285,7 +285,25 @@ def test_the_judgement_reads_neighbours_in_their_order(people, bruno, monkeypatc
     assert write._SAME not in found and write._SUBJECT not in found
 
 
-def test_a_write_for_a_workspace_gone_is_refused_before_it_judges(people):
+def _advisory_locks_held() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def test_the_writers_lock_is_held_to_the_end_of_the_transaction(people):
+    from django.db import transaction
+
+    assert _advisory_locks_held() == 0
+    with transaction.atomic():
+        write.Writer(tenant=people.acme, user=people.bruno).hold()
+        assert _advisory_locks_held() == 1
+    assert people.acme.write_policy == "open"
+
+
+def test_a_write_for_a_workspace_gone_is_refused(people):
     import uuid
 
     from django.db import transaction

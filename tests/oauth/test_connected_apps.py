@@ -113,7 +113,7 @@ def test_it_shows_when_and_where_each_app_was_connected_and_last_used(people, mc
     assert app.connected_on is not None and app.last_used is not None
     assert app.redirect_hosts == [urlsplit(REDIRECT_URI).netloc]
     page = signed_in(people.bruno).get("/account/apps/").content.decode()
-    assert "Connected " in page and "last used " in page and f"returns to <strong>{app.redirect_hosts[0]}" in page
+    assert "Connected " in page and "last used " in page and f"returns to <strong><bdi>{app.redirect_hosts[0]}" in page
     # Using the token at /mcp moves "last used" forward (to the minute).
     long_ago = timezone.now() - dt.timedelta(hours=2)
     AccessToken.objects.filter(user=people.bruno).update(updated=long_ago)

@@ -36,10 +36,13 @@ def test_ordinary_text_passes_unmarked(value):
 
 
 @pytest.mark.parametrize(("char", "code"), [
-    ("\u200b", "U+200B"), ("\u2060", "U+2060"), ("\ufeff", "U+FEFF"), ("\U000e0041", "U+E0041"), ("\x85", "U+0085"),
+    ("\u200b", "U+200B"), ("\u2060", "U+2060"), ("\u2062", "U+2062"), ("\ufeff", "U+FEFF"), ("\U000e0041", "U+E0041"),
+    ("\x85", "U+0085"), ("\u3164", "U+3164"), ("\u180e", "U+180E"), ("\u206e", "U+206E"), ("\ufff9", "U+FFF9"),
+    ("\U000e0101", "U+E0101"),
 ])
 def test_characters_that_show_nothing_are_marked(char, code):
-    assert f"[{code}]</span>" in rendered("{{ value|shown }}", value=f"pay{char}pal")
+    html = rendered("{{ value|shown }}", value=f"pay{char}pal")
+    assert f"[{code}]</span>" in html and char not in html
 
 
 def test_what_is_already_escaped_is_not_escaped_again():
@@ -89,7 +92,10 @@ def test_a_persons_memory_page_shows_hidden_characters(people):
 
 
 def test_the_workspace_pages_show_hidden_characters(people):
-    from memoryhub.models import Collection, Source
+    from memoryhub.models import Agent, Collection, Role, Source
+
+    Agent.objects.filter(pk=people.triage_bot.agent.pk).update(display_name="Triage \u202etob")
+    Role.objects.filter(tenant=people.acme, name="sales").update(description="Sells \u2067things\u2069")
 
     Collection.objects.filter(tenant=people.acme, name="runbooks").update(description="How-to \u202eevil")
     Source.objects.filter(pk=people.wiki.pk).update(kind="wiki\x1b[0m", last_error="refused \u2066x\u2069")
@@ -98,3 +104,7 @@ def test_the_workspace_pages_show_hidden_characters(people):
     assert "[U+202E]" in collections and "\u202e" not in collections
     sources = admin.get("/workspace/sources/").content.decode()
     assert "[U+001B]" in sources and "[U+2066]" in sources and "\x1b" not in sources and "\u2066" not in sources
+    agents = admin.get("/workspace/agents/").content.decode()
+    assert "[U+202E]" in agents and "\u202e" not in agents
+    members = admin.get("/workspace/members/").content.decode()
+    assert "[U+2067]" in members and "\u2067" not in members

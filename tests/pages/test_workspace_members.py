@@ -45,6 +45,13 @@ def test_it_refuses_a_login_name_that_passes_for_another(people):
     response = client.post("/workspace/members/add/", {"username": "\u0430da", "password": PASSWORD})
     assert response.status_code == 400 and b"mixes Latin and Cyrillic letters" in response.content
     assert not User.objects.filter(username="\u0430da").exists()
+    for look_alike in ("\uff41da", "\u2170van", "\u3164ada"):  # fullwidth, a Roman numeral, a blank filler
+        refused = client.post("/workspace/members/add/", {"username": look_alike, "password": PASSWORD})
+        assert refused.status_code == 400 and b"could pass for another name" in refused.content, look_alike
+        assert not User.objects.filter(username=look_alike).exists()
+    # A decomposed accent is the same name, stored composed.
+    composed = client.post("/workspace/members/add/", {"username": "jose\u0301", "password": PASSWORD})
+    assert composed.status_code == 302 and User.objects.filter(username="jos\u00e9").exists()
     # One script alone is a name like any other.
     one_script = client.post("/workspace/members/add/", {"username": "\u0430\u043d\u044f", "password": PASSWORD})
     assert one_script.status_code == 302
