@@ -63,3 +63,13 @@ def test_an_ordinary_name_does_not(given):
     from memoryhub.services.arguments import passes_for_another
 
     assert passes_for_another(given) is None
+
+
+@pytest.mark.parametrize(("given", "reads"), [
+    ("\u0430\u0501\u0430", "ada"), ("\u0430\u0441\u0435", "ace"), ("ADA", "ada"), ("\u0392\u0395\u03a4\u0391", "beta"),
+    ("jos\u00e9", "jos\u00e9"), ("\u0430\u043d\u044f", "a\u043d\u044f"),
+])
+def test_a_names_skeleton_reads_what_it_shows(given, reads):
+    from memoryhub.services.arguments import name_skeleton
+
+    assert name_skeleton(given) == reads

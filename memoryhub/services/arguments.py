@@ -104,13 +104,28 @@ def look_alike_scripts(text: str) -> list[str]:
     return mixed if len(mixed) > 1 else []
 
 
+# Cyrillic and Greek letters that pass for Latin ones, by what they show: a
+# name's skeleton reads each as the Latin letter it passes for. (A small part
+# of Unicode's confusables table: the letters of the scripts most often mixed
+# up with Latin.)
+_PASSES_FOR_LATIN = str.maketrans({
+    **dict(zip("аеорсухѕіјԁһӏԛԝѵүАВЕКМНОРСТХЅІЈԀҮԚԜӀ", "aeopcyxsijdhlqwvyabekmhopctxsijdyqwl", strict=True)),
+    **dict(zip("οανρικυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "oavpikuxabezhikmnoptyx", strict=True)),
+})
+
+
+def name_skeleton(text: str) -> str:
+    """What a name shows, to compare with others: "\u0430\u0501\u0430" (all
+    Cyrillic) and "ADA" both read "ada"."""
+    return unicodedata.normalize("NFKC", text).translate(_PASSES_FOR_LATIN).casefold()
+
+
 def passes_for_another(text: str) -> str | None:
     """Why a name could read as another one, or None: it holds characters that
     stand for others (fullwidth "ａ", mathematical "𝖺", the Kelvin sign, Roman
     numerals, the Hangul filler, which shows nothing: compatibility
-    normalisation changes them), or it mixes look-alike scripts. An all-
-    Cyrillic "асе" still reads as "ace": telling that needs Unicode's
-    confusables data, which is not at hand."""
+    normalisation changes them), or it mixes look-alike scripts. A name of one script that reads as a
+    name already taken ("асе" as "ace") is found by `name_skeleton`."""
     normal = unicodedata.normalize("NFKC", text)
     if normal != text:
         return f"holds characters that stand for others (it would read as {ascii(normal)})"

@@ -31,6 +31,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import QuerySet
+from django.db.models.functions import Length
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Grant, RefreshToken
 
@@ -38,7 +39,7 @@ from memoryhub import access
 from memoryhub.access import ADMIN_SCOPE, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Membership, Tenant, User
-from memoryhub.services.arguments import passes_for_another, storable
+from memoryhub.services.arguments import name_skeleton, passes_for_another, storable
 from memoryhub.services.conflicts import unique_or_conflict
 from memoryhub.services.roles import role_create, role_get, roles_named
 
@@ -78,6 +79,18 @@ def _validated_password(password: str, user: User) -> str:
     return password
 
 
+def _refuse_a_name_that_reads_as_a_member(tenant: Tenant, username: str) -> None:
+    """An all-Cyrillic "\u0430\u0501\u0430" reads as "ada": refused while "ada" (or
+    anyone who reads the same) is a member of the workspace, removed ones included."""
+    skeleton = name_skeleton(username)
+    same_length = User.objects.filter(tenant=tenant).annotate(length=Length("username")).filter(
+        length=len(username)).values_list("username", flat=True)
+    for other in same_length:
+        if name_skeleton(other) == skeleton:
+            raise Conflict(f"{ascii(username)} reads as {other!r}, who is already a member of this workspace.",
+                           field="username")
+
+
 @transaction.atomic
 def member_add(
     *, caller: Caller, username: str, password: str | None, email: str = "", roles: Sequence[str] = (),
@@ -106,6 +119,7 @@ def member_add(
             raise InvalidArgument(f"{email!r} is not a valid email address.", field="email") from None
     if User.objects.filter(tenant=tenant, username__iexact=username).exists():
         raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
+    _refuse_a_name_that_reads_as_a_member(tenant, username)
     user = User(username=username, email=email, tenant=tenant)
     if password is None:
         user.set_unusable_password()

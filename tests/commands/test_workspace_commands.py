@@ -316,3 +316,6 @@ def test_add_person_refuses_a_login_name_that_passes_for_another(people, monkeyp
     assert error["field"] == "username" and "\\u0430da" in error["message"]
     from memoryhub.models import User
     assert not User.objects.filter(username="\u0430da").exists()
+    taken = refused("add_person", "acme", "\u0430\u0501\u0430")  # all Cyrillic, and reads as "ada"
+    assert taken["code"] == "conflict" and taken["field"] == "username" and "reads as 'ada'" in taken["message"]
+    assert run("add_person", "acme", "\u0430\u0441\u0435")["username"] == "\u0430\u0441\u0435"  # nobody reads "ace"

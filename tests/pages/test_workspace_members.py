@@ -49,6 +49,10 @@ def test_it_refuses_a_login_name_that_passes_for_another(people):
         refused = client.post("/workspace/members/add/", {"username": look_alike, "password": PASSWORD})
         assert refused.status_code == 400 and b"could pass for another name" in refused.content, look_alike
         assert not User.objects.filter(username=look_alike).exists()
+    # All Cyrillic, yet it reads as a member's name.
+    reads_as_ada = client.post("/workspace/members/add/", {"username": "\u0430\u0501\u0430", "password": PASSWORD})
+    assert reads_as_ada.status_code == 400 and b"reads as &#x27;ada&#x27;" in reads_as_ada.content
+    assert not User.objects.filter(username="\u0430\u0501\u0430").exists()
     # A decomposed accent is the same name, stored composed.
     composed = client.post("/workspace/members/add/", {"username": "jose\u0301", "password": PASSWORD})
     assert composed.status_code == 302 and User.objects.filter(username="jos\u00e9").exists()
