@@ -151,15 +151,13 @@ def start_workers(count: int, queue: str, log_dir: Path) -> list[subprocess.Pope
 
 
 def stop_workers(workers: list[subprocess.Popen]) -> None:
-    for worker in workers:
+    from memoryhub.runtime.children import stop_child
+
+    for worker in workers:  # all told at once, then each waited for (killed if it will not go)
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
     for worker in workers:
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(10)
+        stop_child(worker, grace=30, group=False)
 
 
 def token_for(url: str, client_id: str, secret: str) -> str:

@@ -117,5 +117,4 @@ def watching(ends: float, cancel: Callable[[], None]) -> Iterator[Watch]:
     finally:
         watch.active = False  # a cancel not yet sent is not sent
         with watch.lock:  # waits for a cancel being sent right now
-            watch.active = False
             watch.cancel = _nothing  # an ended watch keeps no connection alive while it waits to be dropped

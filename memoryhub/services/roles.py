@@ -45,10 +45,10 @@ def role_get(*, caller: Caller, role_id: int | None = None, name: str | None = N
     return role
 
 
-def role_name(name: str) -> str:
+def role_name(name: str, *, field: str = "name") -> str:
     """The role's name as stored (lower case: letters, digits, hyphens and
     underscores); any other name, or one too long, is refused, not rewritten."""
-    return checked_name(name, field="name", max_chars=ROLE_NAME_MAX_CHARS, what="A role")
+    return checked_name(name, field=field, max_chars=ROLE_NAME_MAX_CHARS, what="A role")
 
 
 @transaction.atomic
@@ -75,7 +75,7 @@ def role_delete(*, caller: Caller, role_id: int | None = None, name: str | None 
 def roles_named(tenant: Tenant, names: Sequence[str]) -> list[Role]:
     """These roles of `tenant`, every one of which must exist (callers have
     passed `require_admin` for `tenant`)."""
-    wanted = {checked_name(name, field="roles", max_chars=ROLE_NAME_MAX_CHARS, what="A role") for name in names}
+    wanted = {role_name(name, field="roles") for name in names}
     roles = list(Role.objects.filter(tenant=tenant, name__in=wanted))
     unknown = wanted - {role.name for role in roles}
     if unknown:

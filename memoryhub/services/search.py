@@ -1138,8 +1138,8 @@ def _checked_rows(
             candidate.vector_similarity = None if distance is None else 1.0 - float(distance)
             if ranking.lexical_ranker != "bm25":
                 candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
-            document = _own_document(fragment)
-            if fragment.position is not None and document is not None:
+            document = _own_document(fragment) if fragment.position is not None else None
+            if document is not None:
                 candidate.document, candidate.position = document, fragment.position
                 # Read only where fusion uses it (a document's fragment, see fuse_scores).
                 if lowers_asking:

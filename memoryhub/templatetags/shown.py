@@ -23,13 +23,12 @@ register = template.Library()
 # Bidi formatting characters (Unicode's Bidi_Control): marks, embeddings,
 # overrides, isolates.
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-# Format characters that show nothing: zero-width space, word joiner and the
-# invisible operators, the byte order mark, and the tag characters (which can
-# carry a whole hidden text). Zero-width (non-)joiners are not among them:
-# emoji sequences and several scripts need them.
-# Likewise the Hangul fillers, the Mongolian vowel separator, the deprecated
-# format characters and the interlinear annotation marks; and the tag
-# characters and the supplementary variation selectors.
+# Characters that show nothing: zero-width space, word joiner and the
+# invisible operators, the byte order mark, the Hangul fillers, the Mongolian
+# vowel separator, the deprecated format characters and the interlinear
+# annotation marks; and the tag characters (which can carry a whole hidden
+# text) and the supplementary variation selectors. Zero-width (non-)joiners
+# are not among them: emoji sequences and several scripts need them.
 INVISIBLE = frozenset(
     "\u200b\u2060\u2061\u2062\u2063\u2064\ufeff\u115f\u1160\u3164\uffa0\u180e"
     "\u206a\u206b\u206c\u206d\u206e\u206f\ufff9\ufffa\ufffb"
@@ -46,10 +45,13 @@ def hidden_character(char: str) -> bool:
             or (unicodedata.category(char) == "Cc" and char not in KEPT))
 
 
+def _code(char: str) -> str:
+    return f"[U+{ord(char):04X}]"
+
+
 def _marker(char: str) -> str:
-    code = f"U+{ord(char):04X}"
-    return format_html('<span class="hidden-char" title="{}">[{}]</span>',
-                       unicodedata.name(char, "control character"), code)
+    return format_html('<span class="hidden-char" title="{}">{}</span>',
+                       unicodedata.name(char, "control character"), _code(char))
 
 
 @register.filter
@@ -62,7 +64,7 @@ def has_hidden(value: object) -> bool:
 def shown_text(value: object) -> str:
     """`shown`'s markers as plain text, for where no markup may go (a page's
     <title>, an attribute); escaped there as any text is."""
-    return "".join(f"[U+{ord(char):04X}]" if hidden_character(char) else char
+    return "".join(_code(char) if hidden_character(char) else char
                    for char in ("" if value is None else str(value)))
 
 

@@ -256,9 +256,11 @@ def test_a_one_fact_write_sends_five_statements(bruno):
     assert outcome.counts["stored"] == 1
     sent = [entry["sql"].strip() for entry in captured.captured_queries if "SAVEPOINT" not in entry["sql"]]
     assert len(sent) == 5, "\n".join(sql[:120] for sql in sent)
+    assert sent[0].startswith("INSERT INTO memoryhub_idempotencyrecord")
     assert "pg_advisory_xact_lock" in sent[1] and "write_policy" in sent[1]
     assert sent[2].count("UNION ALL") == 2 and "<=>" in sent[2]
     assert sent[3].startswith('INSERT INTO "memoryhub_fragment"')
+    assert sent[4].startswith('UPDATE "memoryhub_idempotencyrecord"')
 
 
 def test_the_judgement_reads_neighbours_in_their_order(people, bruno, monkeypatch):
@@ -293,14 +295,23 @@ def _advisory_locks_held() -> int:
         return cursor.fetchone()[0]
 
 
-def test_the_writers_lock_is_held_to_the_end_of_the_transaction(people):
+@pytest.mark.django_db(transaction=True)
+def test_the_writers_lock_is_held_to_the_end_of_the_transaction(live_people):
+    """Held for the transaction, gone with it; and the write policy read with
+    it is the workspace's as stored now, not the one read with the caller."""
     from django.db import transaction
 
+    from memoryhub.models import Tenant
+
+    tenant = Tenant.objects.get(pk=live_people.acme.pk)
+    Tenant.objects.filter(pk=tenant.pk).update(write_policy=Tenant.WritePolicy.BLOCKLIST, blocked_terms=["ssn"])
+    assert tenant.write_policy == Tenant.WritePolicy.OPEN
     assert _advisory_locks_held() == 0
     with transaction.atomic():
-        write.Writer(tenant=people.acme, user=people.bruno).hold()
+        write.Writer(tenant=tenant, user=live_people.bruno).hold()
         assert _advisory_locks_held() == 1
-    assert people.acme.write_policy == "open"
+    assert _advisory_locks_held() == 0
+    assert (tenant.write_policy, tenant.blocked_terms) == (Tenant.WritePolicy.BLOCKLIST, ["ssn"])
 
 
 def test_a_write_for_a_workspace_gone_is_refused(people):

@@ -122,6 +122,18 @@ def test_it_shows_when_and_where_each_app_was_connected_and_last_used(people, mc
     assert connected_apps_list(caller=people.caller(people.bruno))[0].last_used > long_ago
 
 
+def test_an_apps_name_and_return_host_show_their_hidden_characters(people, mcp_client):
+    mcp_client.name = "Notes \u202eppa"
+    mcp_client.save()
+    connect(people.bruno, mcp_client)
+    host = "127.0.0.1:8765"
+    mcp_client.redirect_uris = f"http://{host}/callback http://\u2067evil\u2069.test/cb"
+    mcp_client.save()
+    page = signed_in(people.bruno).get("/account/apps/").content.decode()
+    assert "[U+202E]" in page and "[U+2067]" in page
+    assert not any(char in page for char in "\u202e\u2067\u2069")
+
+
 def test_its_scopes_outlive_the_access_token_while_it_can_refresh(people, mcp_client):
     import datetime as dt
 

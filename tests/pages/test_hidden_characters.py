@@ -108,3 +108,21 @@ def test_the_workspace_pages_show_hidden_characters(people):
     assert "[U+202E]" in agents and "\u202e" not in agents
     members = admin.get("/workspace/members/").content.decode()
     assert "[U+2067]" in members and "\u2067" not in members
+
+
+def test_receipts_and_a_fragments_page_show_hidden_characters(people):
+    from oauth2_provider.models import Application
+
+    from memoryhub.services.search import fragments_search
+
+    app = Application.objects.create(name="Desk \u202epot", client_id="desk-1", client_type=Application.CLIENT_PUBLIC,
+                                     authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
+                                     redirect_uris="http://127.0.0.1:1/cb")
+    bruno = people.caller(people.bruno, client_id=app.client_id)
+    written = fragment_write(caller=bruno, content="The release train leaves at noon.", session_id="s\u2066x\u2069")
+    receipt = fragments_search(caller=bruno, query="release \u200btrain").receipt_id
+    client = signed_in(people.bruno)
+    for url in ("/receipts/", f"/receipts/{receipt}/", f"/memory/{written.results[0].fragment_id}/"):
+        page = client.get(url).content.decode()
+        assert "hidden-char" in page, url
+        assert not any(char in page for char in "\u202e\u2066\u2069\u200b"), url
