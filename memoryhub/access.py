@@ -876,21 +876,28 @@ def as_of_rule(as_of: dt.datetime) -> Rule:
     )
 
 
+def _home_clauses(caller: Caller, audience: Audience) -> tuple[Rule, Rule]:
+    """The clauses of visibility that read only a fragment's home: its
+    workspace, and its owner or its collection."""
+    readable = In("collection_id", audience.collection_ids)
+    if caller.user is not None:
+        owner = Eq("owner_user_id", caller.user.pk)
+    else:
+        assert caller.agent is not None
+        owner = Eq("owner_agent_id", caller.agent.pk)
+    return (Labelled("other tenant", Eq("tenant_id", caller.tenant.pk)),
+            Labelled("not owner and no role reads its collection", Or((owner, readable))))
+
+
 def visibility_rule(
     *, caller: Caller, audience: Audience, as_of: dt.datetime, named_agent_ids: frozenset[int] = frozenset()
 ) -> Rule:
     """What this caller may see at `as_of`, before any narrowing filter."""
     if caller.kind == "system":
         return Nothing()
-    readable = In("collection_id", audience.collection_ids)
-    clauses: list[Rule] = [Labelled("other tenant", Eq("tenant_id", caller.tenant.pk)), as_of_rule(as_of)]
-    if caller.user is not None:
-        clauses.append(Labelled("not owner and no role reads its collection",
-                                Or((Eq("owner_user_id", caller.user.pk), readable))))
-    else:
-        assert caller.agent is not None
-        clauses.append(Labelled("not owner and no role reads its collection",
-                                Or((Eq("owner_agent_id", caller.agent.pk), readable))))
+    workspace, home = _home_clauses(caller, audience)
+    clauses: list[Rule] = [workspace, as_of_rule(as_of), home]
+    if caller.user is None:
         # Decision 6: an agent reads a connected source's memory only when it names that source.
         clauses.append(Labelled("connected source not named in agents", And((
             Or((IsNull("source_id"), In("source__agent_id", named_agent_ids))),
@@ -945,6 +952,17 @@ class ReadPolicy:
     def refusal(self, fragment: Fragment) -> str | None:
         """Layer 2: why this loaded row may not be served, or None when it may."""
         return self.rule.first_failure(fragment_facts(fragment))
+
+    def tallied(self) -> Rule | None:
+        """What this read may see apart from time, when that depends on a
+        fragment's home alone (its workspace, and its owner or collection: the
+        keys of models.FragmentTally, under the same names), so the reader's
+        totals can be summed from the tallies. A person's read that is not
+        narrowed; None for any other (an agent's read also depends on the
+        connected sources it names, a narrowed one on each row's details)."""
+        if self.caller.user is None or self.narrowing != And(()):
+            return None
+        return And(_home_clauses(self.caller, self.audience))
 
     def unnarrowed(self) -> ReadPolicy:
         """The same read without the caller's filters (what is visible at all)."""

@@ -406,6 +406,39 @@ class Fragment(models.Model):
         return self.value[:60]
 
 
+class FragmentTally(models.Model):
+    """How many live fragments (not retired) one home holds, and their search
+    lengths: the statistics BM25 reads for a reader (memoryhub.services.search,
+    "the reader's statistics") without counting every row the reader may see.
+
+    A fragment's home is its workspace and exactly one of its collection, its
+    owning person or its owning agent (fragment_exactly_one_home). The rows are
+    written only by PostgreSQL: triggers on the fragment table (migration 0015)
+    add, for every statement that inserts, updates or deletes fragments, one
+    row per home it changed, holding the change, in the same transaction. So a
+    reader's snapshot sees the tallies and the fragments at the same point.
+    A home's live figures are the sums of its rows; `fold_tallies` folds each
+    home's rows into one from time to time. No foreign keys: a workspace's
+    deletion writes its last changes here as its fragments go."""
+
+    tenant_id = models.UUIDField()
+    collection_id = models.BigIntegerField(null=True)
+    owner_user_id = models.BigIntegerField(null=True)
+    owner_agent_id = models.BigIntegerField(null=True)
+    fragments = models.BigIntegerField(help_text="Live fragments added (negative: removed).")
+    words = models.BigIntegerField(help_text="The sum of their search lengths.")
+    measured = models.BigIntegerField(help_text="How many of them have a search length (the mean's divisor).")
+
+    class Meta:
+        indexes = [models.Index(name="fragment_tally_tenant", fields=["tenant_id"])]
+
+    def __str__(self) -> str:
+        home = (f"collection {self.collection_id}" if self.collection_id is not None
+                else f"person {self.owner_user_id}" if self.owner_user_id is not None
+                else f"agent {self.owner_agent_id}")
+        return f"{home}: {self.fragments:+d} fragments, {self.words:+d} words"
+
+
 class Proposal(models.Model):
     """An agent's write, parked until a workspace admin decides it."""
 

@@ -217,6 +217,7 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-pending-enrichment": {"task": "memoryhub.tasks.sweep_pending", "schedule": float(MEMORYHUB_SWEEP_SECONDS)},
     "clean-erased-storage": {"task": "memoryhub.tasks.clean_erased_storage",
                              "schedule": float(MEMORYHUB_SWEEP_SECONDS)},
+    "fold-fragment-tallies": {"task": "memoryhub.tasks.fold_tallies", "schedule": float(MEMORYHUB_SWEEP_SECONDS)},
     "checkpoint-receipt-chains": {
         "task": "memoryhub.tasks.checkpoint_receipts", "schedule": float(MEMORYHUB_RECEIPT_CHECKPOINT_SECONDS),
     },

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from memoryhub.services import enrichment, portability, receipt_chain
+from memoryhub.services import enrichment, portability, receipt_chain, tallies
 
 _RETRY = {"autoretry_for": (Exception,), "retry_backoff": 5, "retry_backoff_max": 600, "retry_jitter": True}
 
@@ -49,3 +49,9 @@ def clean_erased_storage() -> int:
     """After an erasure, and from the beat until none waits: the erased values'
     old row versions and index entries leave the storage."""
     return portability.storage_clean_due()
+
+
+@shared_task(name=tallies.FOLD_TASK, acks_late=True, max_retries=5, **_RETRY)
+def fold_tallies() -> int:
+    """From the beat, every sweep interval: each home's tally rows folded into one."""
+    return tallies.fold_tallies()

@@ -65,6 +65,7 @@ from memoryhub.models import (
     Collection,
     EnforcementAlarm,
     Fragment,
+    FragmentTally,
     Receipt,
     Resource,
     Source,
@@ -768,6 +769,29 @@ def index_filter(policy: ReadPolicy):  # type: ignore[no-untyped-def]
     return policy.queryset_filter()
 
 
+# A read as of at most this long ago sums the reader's totals from the
+# tallies; an older one (a replay of an old receipt) counts them. Both give the
+# same figures, the tallies corrected by what changed after the read's instant:
+# this only bounds how much that correction reads.
+TALLIED_WITHIN = dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Tallied:
+    """A read whose N and mean length BM25 sums from models.FragmentTally:
+    the homes the reader may see (access.ReadPolicy.tallied) and its instant."""
+
+    homes: Any  # a Q over a fragment's home, which reads the tallies under the same names
+    as_of: dt.datetime
+
+
+def tallied_statistics(policy: ReadPolicy) -> Tallied | None:
+    rule = policy.tallied()
+    if rule is None or policy.as_of < timezone.now() - TALLIED_WITHIN:
+        return None
+    return Tallied(homes=rule.q(), as_of=policy.as_of)
+
+
 def candidate_pool(limit: int) -> int:
     return max(CANDIDATES_MIN, CANDIDATES_PER_RESULT * limit)
 
@@ -789,7 +813,8 @@ def index_queries(
         deadline.check()
         with phase("index_query"):
             vector_ranked, ranked, scores = lexical_scored(predicate, read_query, pool, ranking,
-                                                           vector=read_query.vector)
+                                                           vector=read_query.vector,
+                                                           tallied=tallied_statistics(policy))
         for rank, pk in enumerate(vector_ranked):
             found.setdefault(pk, Candidate()).vector_rank = rank
         _lexical_into(found, ranked, scores)
@@ -805,7 +830,8 @@ def index_queries(
         deadline.check()
         with phase("lexical_query"):
             if ranking.lexical_ranker == "bm25":
-                _, ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found))
+                _, ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found),
+                                                   tallied=tallied_statistics(policy))
                 _lexical_into(found, ranked, scores)
             else:
                 ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)
@@ -920,7 +946,7 @@ def _sql(queryset) -> tuple[str, tuple]:  # type: ignore[no-untyped-def]
 
 def lexical_scored(  # type: ignore[no-untyped-def]
     predicate, read_query: ReadQuery, k: int, ranking: Ranking, *, also: Sequence[uuid.UUID] = (),
-    cap: int = LEXICAL_MATCH_CAP, vector: list[float] | None = None,
+    cap: int = LEXICAL_MATCH_CAP, vector: list[float] | None = None, tallied: Tallied | None = None,
 ) -> tuple[list[uuid.UUID], list[uuid.UUID], dict[uuid.UUID, float]]:
     """Okapi BM25 over what this reader may see, in one statement.
 
@@ -933,6 +959,10 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     lexeme's idf times k1 + 1, what a fragment saturated with every query word
     would reach), an absolute scale in [0, 1) fusion and the relevance floor
     can rely on.
+
+    With `tallied` (the predicate's homes, for a read that only they
+    decide), N and the mean length are summed from the tallies instead of
+    counted, with the same result (reader_totals_sql).
 
     With `vector`, the same statement first finds the vector pool (the `k`
     nearest visible fragments, vector_candidates' query) and scores it as
@@ -960,6 +990,11 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         f"({number}, (SELECT count(*) FROM {visible} WHERE v.search_vector @@ %s::tsquery))"  # noqa: S608
         for number in range(1, len(lexemes) + 1)
     )
+    if tallied is None:
+        stats_sql = f"SELECT count(*)::float8 AS n, coalesce(avg(v.search_length), 0)::float8 AS avgdl FROM {visible}"  # noqa: S608
+        stats_params = visible_params
+    else:
+        stats_sql, stats_params = reader_totals_sql(tallied)
     pool_sql, pool_params = "", ()
     also_sql, also_params = "%s::uuid[]", [list(also)]
     if vector is not None:
@@ -971,7 +1006,7 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         also_sql, also_params = "ARRAY(SELECT id FROM pool)", []
     sql = f"""
     WITH {pool_sql}stats AS (
-        SELECT count(*)::float8 AS n, coalesce(avg(v.search_length), 0)::float8 AS avgdl FROM {visible}
+        {stats_sql}
     ), terms AS (
         SELECT t.lexeme, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf
           FROM unnest(%s::text[]) WITH ORDINALITY AS t(lexeme, number)
@@ -1008,7 +1043,7 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     # parse 'state-of-the-art' again, into a phrase no vector holds).
     matching = " | ".join(_quoted(lexeme) for lexeme in lexemes)
     params = (
-        *pool_params, *visible_params, lexemes,
+        *pool_params, *stats_params, lexemes,
         *(param for lexeme in lexemes for param in (*visible_params, _quoted(lexeme))),
         *visible_params, matching, cap, *visible_params, *also_params, matching,
         k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, *also_params,
@@ -1022,6 +1057,34 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     pool = [pk for pk, _, _, pool_rank in sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])]
     ranked = [pk for pk, _, rank, _ in rows if rank is not None and rank <= k]
     return pool, ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _, _ in rows if score is not None}
+
+
+def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
+    """A SELECT of the reader's N and mean length (`n`, `avgdl`) from the
+    tallies of the homes they may see, exactly what counting their visible rows
+    gives: the tallies hold every live fragment as of the statement's snapshot;
+    the rows recorded after the read's instant are taken away and the rows
+    retired after it put back (both few for a read of now, and read through the
+    indexes on recorded_at and retired_at). The mean is the same division of
+    the same integers as avg()'s."""
+    homes, as_of = tallied.homes, tallied.as_of
+    kept_sql, kept_params = _sql(
+        FragmentTally.objects.filter(homes).order_by().values_list("fragments", "words", "measured"))
+    later_sql, later_params = _sql(Fragment.objects.filter(homes, retired_at__isnull=True, recorded_at__gt=as_of)
+                                   .order_by().values_list("search_length"))
+    since_sql, since_params = _sql(Fragment.objects.filter(homes, recorded_at__lte=as_of, retired_at__gt=as_of)
+                                   .order_by().values_list("search_length"))
+    sql = f"""SELECT (k.fragments - later.fragments + since.fragments)::float8 AS n,
+               coalesce((k.words - later.words + since.words)::numeric
+                        / nullif(k.measured - later.measured + since.measured, 0), 0)::float8 AS avgdl
+          FROM (SELECT coalesce(sum(t.fragments), 0) AS fragments, coalesce(sum(t.words), 0) AS words,
+                       coalesce(sum(t.measured), 0) AS measured
+                  FROM ({kept_sql}) AS t(fragments, words, measured)) AS k,
+               (SELECT count(*) AS fragments, coalesce(sum(r.length), 0) AS words, count(r.length) AS measured
+                  FROM ({later_sql}) AS r(length)) AS later,
+               (SELECT count(*) AS fragments, coalesce(sum(r.length), 0) AS words, count(r.length) AS measured
+                  FROM ({since_sql}) AS r(length)) AS since"""  # noqa: S608
+    return sql, (*kept_params, *later_params, *since_params)
 
 
 def _lexical_rank(tsquery: SearchQuery, ranking: Ranking) -> SearchRank:

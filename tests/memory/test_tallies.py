@@ -1,0 +1,307 @@
+"""The tallies of live fragments per home (models.FragmentTally): kept by
+PostgreSQL's triggers through every change, folded without losing a change,
+and read by BM25 for a person's read with exactly the figures counting the
+reader's visible rows gives."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import threading
+import time
+
+import pytest
+from django.db import connection, connections, transaction
+from django.db.models import Count, Sum
+from django.db.models.functions import Coalesce
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from memoryhub import access
+from memoryhub.models import Fragment, FragmentTally
+from memoryhub.services import search, tallies
+from memoryhub.services.fragments import fragment_forget, fragment_write
+from memoryhub.services.portability import memory_erase
+from tests.memory.conftest import private_fragment
+
+HOME = ("tenant_id", "collection_id", "owner_user_id", "owner_agent_id")
+
+
+def counted() -> dict[tuple, tuple[int, int, int]]:
+    """Each home's live fragments, counted from the fragment table."""
+    rows = (Fragment.objects.filter(retired_at__isnull=True).values(*HOME)
+            .annotate(n=Count("pk"), words=Coalesce(Sum("search_length"), 0), measured=Count("search_length")))
+    return {tuple(row[name] for name in HOME): (row["n"], row["words"], row["measured"]) for row in rows}
+
+
+def tallied() -> dict[tuple, tuple[int, int, int]]:
+    """Each home's figures, summed from its tally rows (homes that sum to nothing left out)."""
+    rows = FragmentTally.objects.values(*HOME).annotate(n=Sum("fragments"), words=Sum("words"),
+                                                         measured=Sum("measured"))
+    sums = {tuple(row[name] for name in HOME): (row["n"], row["words"], row["measured"]) for row in rows}
+    return {home: figures for home, figures in sums.items() if figures != (0, 0, 0)}
+
+
+def assert_tallies_hold() -> None:
+    assert tallied() == counted()
+
+
+def test_the_tallies_follow_every_change_to_a_fragment(people, shared_fragment):
+    bruno, cleo = people.caller(people.bruno), people.caller(people.cleo)
+    assert_tallies_hold()
+    shared_fragment("Deploy the billing service on Tuesdays after the change review.")
+    shared_fragment("Rotate the VPN keys every month.", "incidents", source=people.tickets)
+    written = fragment_write(caller=bruno, content="My favourite editor is Vim. The standup is at 10am.")
+    assert written.counts["stored"] == 2
+    mine = private_fragment(cleo, "Cleo's pager rota starts on Monday.", embed=False)
+    agents_own = private_fragment(people.caller(people.triage_bot), "Triage queue is empty at night.", embed=False)
+    assert_tallies_hold()
+    assert FragmentTally.objects.filter(owner_agent_id=people.triage_bot.agent.pk).exists()
+
+    # A newer fact supersedes the older one: one retired, one added.
+    assert fragment_write(caller=bruno, content="My favourite editor is Emacs.").counts["superseded"] == 1
+    assert_tallies_hold()
+    fragment_forget(caller=cleo, fragment_id=mine.pk)
+    assert_tallies_hold()
+    # A value rewritten changes its length; an embedding written changes nothing.
+    Fragment.objects.filter(pk=agents_own.pk).update(value="Triage queue is empty at night and on weekends too.")
+    before = FragmentTally.objects.count()
+    Fragment.objects.filter(pk=agents_own.pk).update(embedded_at=timezone.now())
+    assert FragmentTally.objects.count() == before
+    assert_tallies_hold()
+    # A fragment moved from one collection to another, in bulk.
+    incidents = people.collection("incidents", people.acme)
+    Fragment.objects.filter(collection__name="runbooks").update(collection=incidents)
+    assert_tallies_hold()
+    # Retired ones leave, and come back when un-retired (a restore).
+    Fragment.objects.filter(pk=agents_own.pk).update(retired_at=timezone.now(), retired_reason="forgotten")
+    assert_tallies_hold()
+    Fragment.objects.filter(pk=agents_own.pk).update(retired_at=None, retired_reason="")
+    assert_tallies_hold()
+    # Erasure rewrites the values of a person's memory; deletion removes rows.
+    memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="bruno")
+    assert_tallies_hold()
+    Fragment.objects.filter(owner_agent=people.triage_bot.agent).delete()
+    assert_tallies_hold()
+    assert not any(home[3] == people.triage_bot.agent.pk for home in tallied())
+
+
+def test_folding_keeps_every_homes_sums_in_one_row(people, shared_fragment):
+    for n in range(4):
+        shared_fragment(f"Runbook step {n}: check the billing queue.")
+    bruno = people.caller(people.bruno)
+    doomed = private_fragment(bruno, "A note that goes away.", embed=False)
+    private_fragment(bruno, "A note that stays.", embed=False)
+    Fragment.objects.filter(pk=doomed.pk).delete()
+    rows = FragmentTally.objects.count()
+    assert rows > len(counted())
+    folded = tallies.fold_tallies()
+    assert folded == rows - len(counted())
+    assert FragmentTally.objects.count() == len(counted())
+    assert_tallies_hold()
+    assert tallies.fold_tallies() == 0
+    # A home whose rows sum to nothing leaves no row behind.
+    Fragment.objects.filter(owner_user=people.bruno).delete()
+    assert tallies.fold_tallies() == 2
+    assert not FragmentTally.objects.filter(owner_user_id=people.bruno.pk).exists()
+    assert_tallies_hold()
+
+
+def test_the_migration_tallies_the_fragments_already_stored(people, shared_fragment):
+    shared_fragment("Deploy the billing service on Tuesdays.")
+    private_fragment(people.caller(people.bruno), "Bruno's own note.", embed=False)
+    retired = private_fragment(people.caller(people.cleo), "Cleo's retired note.", embed=False)
+    Fragment.objects.filter(pk=retired.pk).update(retired_at=timezone.now(), retired_reason="forgotten")
+    expected = counted()
+    FragmentTally.objects.all().delete()
+    migration = importlib.import_module("memoryhub.migrations.0015_fragment_tally")
+    with connection.cursor() as cursor:
+        cursor.execute(migration.TALLY_STORED)
+    assert tallied() == expected
+
+
+def _figures(sql: str, params) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        n, avgdl = cursor.fetchone()
+    return n, avgdl
+
+
+def _counted_figures(policy: access.ReadPolicy) -> tuple[float, float]:
+    sql, params = search._sql(Fragment.objects.filter(policy.queryset_filter()).order_by().values("search_length"))
+    return _figures(f"SELECT count(*)::float8, coalesce(avg(v.l), 0)::float8 FROM ({sql}) AS v(l)", params)
+
+
+def _tallied_figures(policy: access.ReadPolicy) -> tuple[float, float]:
+    rule = policy.tallied()
+    assert rule is not None
+    sql, params = search.reader_totals_sql(search.Tallied(homes=rule.q(), as_of=policy.as_of))
+    return _figures(sql, params)
+
+
+def test_a_readers_totals_from_the_tallies_are_exactly_the_counted_ones_at_any_instant(people, shared_fragment):
+    now = timezone.now()
+    hour = dt.timedelta(hours=1)
+    bruno, carol = people.caller(people.bruno), people.caller(people.carol)
+    for n in range(3):
+        shared_fragment(f"Runbook step {n}: drain the billing queue before the deploy window opens.")
+    shared_fragment("Account Initech renews in March.", "accounts")
+    private_fragment(bruno, "Bruno's note from last week.", embed=False, recorded_at=now - 7 * 24 * hour)
+    late = private_fragment(bruno, "Bruno's note from a minute ago, much longer than the others are.", embed=False)
+    retired = private_fragment(bruno, "Bruno's note retired an hour ago.", embed=False, recorded_at=now - 5 * hour)
+    Fragment.objects.filter(pk=retired.pk).update(retired_at=now - hour, retired_reason="forgotten")
+    private_fragment(carol, "Carol's own note, which Bruno never counts.", embed=False)
+    Fragment.objects.filter(pk=late.pk).update(recorded_at=now + dt.timedelta(minutes=1))
+
+    instants = [now + 2 * hour, now, now - 30 * dt.timedelta(minutes=1), now - 2 * hour, now - 6 * hour,
+                now - 30 * 24 * hour]
+    seen = set()
+    for caller in (bruno, carol, people.caller(people.ada), people.caller(people.cleo)):
+        for instant in instants:
+            policy = access.read_policy(caller=caller, as_of=instant)
+            figures = _counted_figures(policy)
+            assert _tallied_figures(policy) == figures, (caller.user, instant)
+            seen.add(figures)
+    # The instants and readers above see different things, so the comparison means something.
+    assert len(seen) >= 6
+    # Folded, the same.
+    tallies.fold_tallies()
+    policy = access.read_policy(caller=bruno, as_of=now - 2 * hour)
+    assert _tallied_figures(policy) == _counted_figures(policy)
+
+
+def test_only_a_persons_read_that_is_not_narrowed_is_tallied(people):
+    now = timezone.now()
+    bruno = people.caller(people.bruno)
+    assert access.read_policy(caller=bruno, as_of=now).tallied() is not None
+    assert access.read_policy(caller=people.caller(people.triage_bot), as_of=now).tallied() is None
+    assert access.read_policy(caller=bruno, as_of=now, created_after=now - dt.timedelta(days=1)).tallied() is None
+    assert access.read_policy(caller=bruno, as_of=now, resource_ids=["wiki/a"]).tallied() is None
+    # An old instant (a replay of an old receipt) counts instead: the correction would read more than the count.
+    old = access.read_policy(caller=bruno, as_of=now - search.TALLIED_WITHIN - dt.timedelta(minutes=1))
+    assert old.tallied() is not None and search.tallied_statistics(old) is None
+    assert search.tallied_statistics(access.read_policy(caller=bruno, as_of=now)) is not None
+
+
+def _index_statement(caller, **filters) -> str:  # type: ignore[no-untyped-def]
+    with CaptureQueriesContext(connection) as queries:
+        search.fragments_search(caller=caller, query="billing deploy queue", **filters)
+    statements = [query["sql"] for query in queries.captured_queries if "terms AS" in query["sql"]]
+    assert len(statements) == 1
+    return statements[0]
+
+
+def test_a_persons_search_sums_the_tallies_and_scores_as_counting_would(people, shared_fragment):
+    for n in range(6):
+        shared_fragment(f"Runbook step {n}: drain the billing queue before the deploy.")
+    bruno = people.caller(people.bruno)
+    private_fragment(bruno, "My billing deploy checklist has five steps.", embed=False)
+    assert FragmentTally._meta.db_table in _index_statement(bruno)
+    assert FragmentTally._meta.db_table not in _index_statement(
+        bruno, created_after=(timezone.now() - dt.timedelta(days=1)).isoformat())
+    assert FragmentTally._meta.db_table not in _index_statement(people.caller(people.triage_bot))
+
+    policy = access.read_policy(caller=bruno, as_of=timezone.now())
+    read_query = search.read_query_for("billing deploy queue", None, search.RANKING)
+    with transaction.atomic():
+        kept = search.lexical_scored(policy.queryset_filter(), read_query, 10, search.RANKING,
+                                     tallied=search.tallied_statistics(policy))
+        counted_ = search.lexical_scored(policy.queryset_filter(), read_query, 10, search.RANKING)
+    assert len(kept[2]) == 7
+    assert kept == counted_  # the same ranks and, to the last bit, the same scores
+
+
+def _tally_rows() -> int:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {FragmentTally._meta.db_table}")  # noqa: S608
+        return int(cursor.fetchone()[0])
+
+
+def _waiting_on_a_lock(thread_pid: list[int]) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", thread_pid)
+        row = cursor.fetchone()
+    return row is not None and row[0] == "Lock"
+
+
+def _in_thread(target) -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(target())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(live_people):
+    people = live_people
+    bruno = people.caller(people.bruno)
+    for n in range(3):
+        private_fragment(bruno, f"Bruno's note {n}.", embed=False)
+    # A write still open while the fold runs: its change is not in the fold's
+    # snapshot, and stays for the next one.
+    written = threading.Event()
+    go_on = threading.Event()
+
+    def open_write() -> None:
+        with transaction.atomic():
+            private_fragment(bruno, "A note committed after the fold.", embed=False)
+            written.set()
+            assert go_on.wait(30)
+
+    writer, writer_outcome = _in_thread(open_write)
+    assert written.wait(30)
+    assert tallies.fold_tallies() == 2
+    go_on.set()
+    writer.join(30)
+    assert writer_outcome == [None]
+    assert_tallies_hold()
+    assert FragmentTally.objects.filter(owner_user_id=people.bruno.pk).count() == 2
+
+    # Two folds at once: the second waits for the first's rows, then skips them.
+    first_done = threading.Event()
+    commit = threading.Event()
+    second_pid: list[int] = []
+
+    def first_fold() -> int:
+        with transaction.atomic():
+            folded = tallies.fold_tallies()
+            first_done.set()
+            assert commit.wait(30)
+        return folded
+
+    def second_fold() -> int:
+        connection.ensure_connection()
+        second_pid.append(connection.connection.info.backend_pid)
+        return tallies.fold_tallies()
+
+    first, first_outcome = _in_thread(first_fold)
+    assert first_done.wait(30)
+    second, second_outcome = _in_thread(second_fold)
+    deadline = time.monotonic() + 30
+    while not (second_pid and _waiting_on_a_lock(second_pid)):
+        assert time.monotonic() < deadline, "the second fold never waited for the first"
+        time.sleep(0.05)
+    commit.set()
+    first.join(30)
+    second.join(30)
+    assert first_outcome == [1] and second_outcome == [0]
+    assert _tally_rows() == len(counted())
+    assert_tallies_hold()
+
+
+def test_the_beat_folds_the_tallies_every_sweep_interval(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["fold-fragment-tallies"]
+    assert entry["task"] == tallies.FOLD_TASK
+    assert entry["schedule"] == settings.MEMORYHUB_SWEEP_SECONDS
+    from memoryhub import tasks
+
+    assert tasks.fold_tallies.name == tallies.FOLD_TASK
