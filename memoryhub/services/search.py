@@ -161,7 +161,8 @@ JUDGMENT_WEIGHT = 0.5
 # (ranking_revision), so no change to it can pass for the identical ranking.
 ORDERING_CODE = (
     "candidate_pool", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes", "tsquery_for",
-    "index_queries", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored", "_lexical_rank",
+    "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
+    "reader_totals_sql", "_lexical_rank",
     "lexical_candidates", "_checked_rows", "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches", "_fuse",
     "_arrange", "is_hedged",
@@ -978,18 +979,17 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     lexemes = list(read_query.lexemes)
     if not lexemes:
         return (vector_candidates(predicate, vector, k) if vector is not None else []), [], {}
-    # The policy's predicate compiled once; every part of the statement reads
-    # the fragments through it (PostgreSQL pulls the subquery up, so each
-    # lexeme's count still walks the full-text index).
+    # The policy's predicate compiled once; the statement reads the fragments
+    # through it once for the matches (PostgreSQL pulls the subquery up, so
+    # that walks the full-text index): the visible fragments that hold any of
+    # the query's lexemes, kept (`matching`), give each lexeme's document
+    # frequency and the newest `cap` matches. Without `tallied`, N and the
+    # mean length read the visible fragments once more.
     visible_sql, visible_params = _sql(
         Fragment.objects.filter(predicate).order_by().values("pk", "search_vector", "search_length", "recorded_at")
     )
     visible = f"({visible_sql}) AS v(id, search_vector, search_length, recorded_at)"
     k1, b = ranking.bm25_k1, ranking.bm25_b
-    frequency_rows = ", ".join(
-        f"({number}, (SELECT count(*) FROM {visible} WHERE v.search_vector @@ %s::tsquery))"  # noqa: S608
-        for number in range(1, len(lexemes) + 1)
-    )
     if tallied is None:
         stats_sql = f"SELECT count(*)::float8 AS n, coalesce(avg(v.search_length), 0)::float8 AS avgdl FROM {visible}"  # noqa: S608
         stats_params = visible_params
@@ -1007,18 +1007,18 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     sql = f"""
     WITH {pool_sql}stats AS (
         {stats_sql}
+    ), matching AS MATERIALIZED (
+        SELECT v.id, v.search_vector, v.search_length, v.recorded_at FROM {visible}
+         WHERE v.search_vector @@ %s::tsquery
     ), terms AS (
         SELECT t.lexeme, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf
-          FROM unnest(%s::text[]) WITH ORDINALITY AS t(lexeme, number)
-          JOIN (VALUES {frequency_rows}) AS f(number, df) ON f.number = t.number
+          FROM unnest(%s::text[], %s::tsquery[]) AS t(lexeme, query)
+         CROSS JOIN LATERAL (SELECT count(*) AS df FROM matching AS m WHERE m.search_vector @@ t.query) AS f
          CROSS JOIN stats AS s
     ), matches AS (
-        (SELECT v.id, v.search_vector, v.search_length FROM {visible}
-          WHERE v.search_vector @@ %s::tsquery
-          ORDER BY v.recorded_at DESC, v.id LIMIT %s)
-        UNION
-        (SELECT v.id, v.search_vector, v.search_length FROM {visible}
-          WHERE v.id = ANY({also_sql}) AND v.search_vector @@ %s::tsquery)
+        SELECT m.id, m.search_vector, m.search_length FROM matching AS m
+         WHERE m.id IN (SELECT n.id FROM matching AS n ORDER BY n.recorded_at DESC, n.id LIMIT %s)
+            OR m.id = ANY({also_sql})
     ), scored AS (
         SELECT m.id, sum(t.idf * w.tf * %s / (w.tf + %s * (1 - %s + %s * m.search_length / greatest(s.avgdl, 1))))
                / (SELECT sum(idf) * %s FROM terms) AS score
@@ -1043,9 +1043,8 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     # parse 'state-of-the-art' again, into a phrase no vector holds).
     matching = " | ".join(_quoted(lexeme) for lexeme in lexemes)
     params = (
-        *pool_params, *stats_params, lexemes,
-        *(param for lexeme in lexemes for param in (*visible_params, _quoted(lexeme))),
-        *visible_params, matching, cap, *visible_params, *also_params, matching,
+        *pool_params, *stats_params, *visible_params, matching, lexemes, [_quoted(lexeme) for lexeme in lexemes],
+        cap, *also_params,
         k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, *also_params,
     )
     if vector is not None:

@@ -80,10 +80,15 @@ def test_it_answers_lexically_when_the_embedder_fails(bruno, monkeypatch):
     assert _ids(fragments_search(caller=bruno, query="where is the VPN config?")) == [str(fragment.pk)]
 
 
-def test_both_index_queries_carry_the_visibility_predicate(bruno):
+AS_OF_CLAUSE = '("memoryhub_fragment"."retired_at" IS NULL OR "memoryhub_fragment"."retired_at" >'
+
+
+@pytest.mark.parametrize("narrowed", [False, True])
+def test_both_index_queries_carry_the_visibility_predicate(bruno, narrowed):
     private_fragment(bruno, "The VPN config lives in the ops vault.")
+    filters = {"created_after": "2000-01-01T00:00:00Z"} if narrowed else {}
     with CaptureQueriesContext(connection) as captured:
-        fragments_search(caller=bruno, query="VPN config vault")
+        fragments_search(caller=bruno, query="VPN config vault", **filters)
     sql = [q["sql"] for q in captured.captured_queries]
     # (the row check loads candidates by id and checks each row in Python)
     row_check = '"memoryhub_fragment"."id" IN (\''
@@ -91,10 +96,14 @@ def test_both_index_queries_carry_the_visibility_predicate(bruno):
     lexical = [s for s in sql if "@@" in s and "ORDER BY" in s]
     # One statement finds both pools.
     assert len(vector) == 1 and vector == lexical
-    # The vector pool, BM25's statistics (N, mean length, each lexeme's
-    # frequency) and its matches (the newest ones, and the vector pool's)
-    # each carry the predicate: nothing outside it is counted.
-    assert lexical[0].count('"retired_at" IS NULL') == 4 + len(search.query_lexemes("VPN config vault"))
+    # The vector pool and BM25's matches (which give each lexeme's frequency,
+    # the newest matches and the vector pool's) each carry the predicate:
+    # nothing outside it is counted. N and the mean length are counted under it
+    # too for a narrowed read; a person's read that is not narrowed sums them
+    # from the tallies of the homes the same rule admits (test_tallies.py).
+    tally = '"memoryhub_fragmenttally"."owner_user_id" ='
+    assert lexical[0].count(AS_OF_CLAUSE) == (3 if narrowed else 2)
+    assert (tally in lexical[0]) is not narrowed
     for statement in vector + lexical:
         assert '"tenant_id" =' in statement
         assert '"owner_user_id" =' in statement
