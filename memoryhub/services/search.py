@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Model, Value
+from django.db.models import F, Model, Q, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -1063,27 +1063,28 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
     tallies of the homes they may see, exactly what counting their visible rows
     gives: the tallies hold every live fragment as of the statement's snapshot;
     the rows recorded after the read's instant are taken away and the rows
-    retired after it put back (both few for a read of now, and read through the
-    indexes on recorded_at and retired_at). The mean is the same division of
-    the same integers as avg()'s."""
+    retired after it put back, in one read of those rows (few for a read of
+    now, found through the indexes on recorded_at and retired_at). The mean is
+    the same division of the same integers as avg()'s."""
     homes, as_of = tallied.homes, tallied.as_of
     kept_sql, kept_params = _sql(
         FragmentTally.objects.filter(homes).order_by().values_list("fragments", "words", "measured"))
-    later_sql, later_params = _sql(Fragment.objects.filter(homes, retired_at__isnull=True, recorded_at__gt=as_of)
-                                   .order_by().values_list("search_length"))
-    since_sql, since_params = _sql(Fragment.objects.filter(homes, recorded_at__lte=as_of, retired_at__gt=as_of)
-                                   .order_by().values_list("search_length"))
-    sql = f"""SELECT (k.fragments - later.fragments + since.fragments)::float8 AS n,
-               coalesce((k.words - later.words + since.words)::numeric
-                        / nullif(k.measured - later.measured + since.measured, 0), 0)::float8 AS avgdl
+    # Recorded after the instant and live: counted in the tallies, not visible (-1).
+    # Retired after the instant, recorded by it: visible, not in the tallies (+1).
+    changed_sql, changed_params = _sql(
+        Fragment.objects.filter(homes).filter(Q(retired_at__isnull=True, recorded_at__gt=as_of)
+                                              | Q(recorded_at__lte=as_of, retired_at__gt=as_of))
+        .order_by().values_list("search_length", "retired_at"))
+    sql = f"""SELECT (k.fragments + c.fragments)::float8 AS n,
+               coalesce((k.words + c.words)::numeric / nullif(k.measured + c.measured, 0), 0)::float8 AS avgdl
           FROM (SELECT coalesce(sum(t.fragments), 0) AS fragments, coalesce(sum(t.words), 0) AS words,
                        coalesce(sum(t.measured), 0) AS measured
                   FROM ({kept_sql}) AS t(fragments, words, measured)) AS k,
-               (SELECT count(*) AS fragments, coalesce(sum(r.length), 0) AS words, count(r.length) AS measured
-                  FROM ({later_sql}) AS r(length)) AS later,
-               (SELECT count(*) AS fragments, coalesce(sum(r.length), 0) AS words, count(r.length) AS measured
-                  FROM ({since_sql}) AS r(length)) AS since"""  # noqa: S608
-    return sql, (*kept_params, *later_params, *since_params)
+               (SELECT coalesce(sum(r.sign), 0) AS fragments, coalesce(sum(r.sign * r.length), 0) AS words,
+                       coalesce(sum(r.sign) FILTER (WHERE r.length IS NOT NULL), 0) AS measured
+                  FROM (SELECT x.length, CASE WHEN x.retired_at IS NULL THEN -1 ELSE 1 END
+                          FROM ({changed_sql}) AS x(length, retired_at)) AS r(length, sign)) AS c"""  # noqa: S608
+    return sql, (*kept_params, *changed_params)
 
 
 def _lexical_rank(tsquery: SearchQuery, ranking: Ranking) -> SearchRank:
