@@ -362,7 +362,7 @@ def main() -> None:
             # The benchmark database holds nothing else worth keeping; the ORM's
             # cascade would load 100k rows into Python to delete them.
             with connection.cursor() as cursor:
-                cursor.execute("TRUNCATE memoryhub_tenant CASCADE")
+                cursor.execute("TRUNCATE memoryhub_tenant, memoryhub_fragmenttally CASCADE")
         corpus = Corpus(seeds)
         for size, count in zip(sizes, counts, strict=True):
             build(size, corpus, args.rebuild)

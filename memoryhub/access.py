@@ -700,6 +700,16 @@ class Rule:
         """The label of the first clause that refuses these facts, or None."""
         return None if self.holds(facts) else (self.label or type(self).__name__)
 
+    def facts_read(self) -> frozenset[str]:
+        """The facts this rule reads: the columns it compares, the relations
+        it looks into (and what it reads of their rows), its parts'."""
+        read = {value for value in (getattr(self, "name", None), getattr(self, "relation", None))
+                if isinstance(value, str)}
+        for part in (*getattr(self, "rules", ()), getattr(self, "rule", None)):
+            if part is not None:
+                read |= part.facts_read()
+        return frozenset(read)
+
 
 @dataclass(frozen=True)
 class Eq(Rule):
@@ -876,17 +886,20 @@ def as_of_rule(as_of: dt.datetime) -> Rule:
     )
 
 
-def _home_clauses(caller: Caller, audience: Audience) -> tuple[Rule, Rule]:
-    """The clauses of visibility that read only a fragment's home: its
-    workspace, and its owner or its collection."""
-    readable = In("collection_id", audience.collection_ids)
-    if caller.user is not None:
-        owner = Eq("owner_user_id", caller.user.pk)
-    else:
-        assert caller.agent is not None
-        owner = Eq("owner_agent_id", caller.agent.pk)
-    return (Labelled("other tenant", Eq("tenant_id", caller.tenant.pk)),
-            Labelled("not owner and no role reads its collection", Or((owner, readable))))
+# A fragment's home: its workspace and exactly one of its collection, its
+# owning person or its owning agent (models.FragmentTally's keys).
+HOME_FACTS = frozenset({"tenant_id", "collection_id", "owner_user_id", "owner_agent_id"})
+
+
+def tally_corrections(as_of: dt.datetime) -> tuple[Rule, Rule]:
+    """Where a tally of the live fragments (retired_at unset, models.FragmentTally)
+    and `as_of_rule(as_of)` disagree: the rows it counts that are not live at
+    `as_of` (recorded after it, not retired), and the rows live at `as_of` that
+    it does not count (recorded by it, retired after it). Live at `as_of` is
+    exactly: counted and not the first, or the second
+    (tests/memory/test_tallies.py checks it row by row)."""
+    return (And((IsNull("retired_at"), Compare("recorded_at", "gt", as_of))),
+            And((Compare("recorded_at", "lte", as_of), Compare("retired_at", "gt", as_of))))
 
 
 def visibility_rule(
@@ -895,9 +908,15 @@ def visibility_rule(
     """What this caller may see at `as_of`, before any narrowing filter."""
     if caller.kind == "system":
         return Nothing()
-    workspace, home = _home_clauses(caller, audience)
-    clauses: list[Rule] = [workspace, as_of_rule(as_of), home]
-    if caller.user is None:
+    readable = In("collection_id", audience.collection_ids)
+    clauses: list[Rule] = [Labelled("other tenant", Eq("tenant_id", caller.tenant.pk)), as_of_rule(as_of)]
+    if caller.user is not None:
+        clauses.append(Labelled("not owner and no role reads its collection",
+                                Or((Eq("owner_user_id", caller.user.pk), readable))))
+    else:
+        assert caller.agent is not None
+        clauses.append(Labelled("not owner and no role reads its collection",
+                                Or((Eq("owner_agent_id", caller.agent.pk), readable))))
         # Decision 6: an agent reads a connected source's memory only when it names that source.
         clauses.append(Labelled("connected source not named in agents", And((
             Or((IsNull("source_id"), In("source__agent_id", named_agent_ids))),
@@ -954,15 +973,20 @@ class ReadPolicy:
         return self.rule.first_failure(fragment_facts(fragment))
 
     def tallied(self) -> Rule | None:
-        """What this read may see apart from time, when that depends on a
-        fragment's home alone (its workspace, and its owner or collection: the
-        keys of models.FragmentTally, under the same names), so the reader's
-        totals can be summed from the tallies. A person's read that is not
-        narrowed; None for any other (an agent's read also depends on the
-        connected sources it names, a narrowed one on each row's details)."""
-        if self.caller.user is None or self.narrowing != And(()):
+        """What this read may see apart from time, when that reads nothing but
+        a fragment's home (HOME_FACTS, the keys of models.FragmentTally under
+        the same names), so the reader's totals can be summed from the tallies
+        and corrected to `as_of` (tally_corrections). Derived from the
+        visibility rule itself: its clauses but `as_of_rule`, or None when any
+        of them reads more (an agent's read also reads the connected sources
+        it names) or when the read is narrowed (the filters read each row)."""
+        if self.narrowing != And(()) or not isinstance(self.visibility, And):
             return None
-        return And(_home_clauses(self.caller, self.audience))
+        time = as_of_rule(self.as_of)
+        rest = tuple(rule for rule in self.visibility.rules if rule != time)
+        if len(rest) != len(self.visibility.rules) - 1 or not all(rule.facts_read() <= HOME_FACTS for rule in rest):
+            return None
+        return And(rest)
 
     def unnarrowed(self) -> ReadPolicy:
         """The same read without the caller's filters (what is visible at all)."""

@@ -419,7 +419,10 @@ class FragmentTally(models.Model):
     reader's snapshot sees the tallies and the fragments at the same point.
     A home's live figures are the sums of its rows; `fold_tallies` folds each
     home's rows into one from time to time. No foreign keys: a workspace's
-    deletion writes its last changes here as its fragments go."""
+    deletion writes its last changes here as its fragments go. A change no
+    trigger sees (a TRUNCATE of the fragments alone, triggers disabled, a
+    migration that changes how search_length is computed) needs
+    `manage.py tallies --recount` (services/tallies.py)."""
 
     tenant_id = models.UUIDField()
     collection_id = models.BigIntegerField(null=True)

@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Model, Q, Value
+from django.db.models import F, Model, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -1063,17 +1063,17 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
     tallies of the homes they may see, exactly what counting their visible rows
     gives: the tallies hold every live fragment as of the statement's snapshot;
     the rows recorded after the read's instant are taken away and the rows
-    retired after it put back, in one read of those rows (few for a read of
+    retired after it put back (access.tally_corrections), in one read of those rows (few for a read of
     now, found through the indexes on recorded_at and retired_at). The mean is
     the same division of the same integers as avg()'s."""
     homes, as_of = tallied.homes, tallied.as_of
     kept_sql, kept_params = _sql(
         FragmentTally.objects.filter(homes).order_by().values_list("fragments", "words", "measured"))
-    # Recorded after the instant and live: counted in the tallies, not visible (-1).
-    # Retired after the instant, recorded by it: visible, not in the tallies (+1).
+    # Counted in the tallies but not live at the instant (-1: recorded after
+    # it, so still unretired), or live at it but not counted (+1: retired since).
+    counted_not_live, live_not_counted = access.tally_corrections(as_of)
     changed_sql, changed_params = _sql(
-        Fragment.objects.filter(homes).filter(Q(retired_at__isnull=True, recorded_at__gt=as_of)
-                                              | Q(recorded_at__lte=as_of, retired_at__gt=as_of))
+        Fragment.objects.filter(homes).filter(counted_not_live.q() | live_not_counted.q())
         .order_by().values_list("search_length", "retired_at"))
     sql = f"""SELECT (k.fragments + c.fragments)::float8 AS n,
                coalesce((k.words + c.words)::numeric / nullif(k.measured + c.measured, 0), 0)::float8 AS avgdl

@@ -1,21 +1,44 @@
-"""The tallies of live fragments per home (models.FragmentTally), kept small.
+"""The tallies of live fragments per home (models.FragmentTally), kept small
+and kept true.
 
 PostgreSQL's triggers add one row per home for every statement that changes
 fragments; BM25 sums a reader's rows (memoryhub.services.search,
 reader_totals_sql), so the fewer rows, the cheaper the sum. The beat folds each
 home's rows into one.
+
+What no trigger sees cannot be tallied: a TRUNCATE of the fragments alone,
+triggers disabled (`session_replication_role = replica`, `ALTER TABLE ...
+DISABLE TRIGGER`, a data-only restore), or a migration that changes how
+`search_length` is computed (a table rewrite fires no trigger). After any of
+them the operator recounts (`manage.py tallies --recount`); `manage.py tallies`
+alone says whether the tallies and the fragments agree.
 """
 
 from __future__ import annotations
 
-from django.db import connection
+from dataclasses import dataclass
 
-from memoryhub.models import FragmentTally
+from django.db import connection, transaction
+
+from memoryhub import access
+from memoryhub.access import Operator
+from memoryhub.models import Fragment, FragmentTally
 
 FOLD_TASK = "memoryhub.tasks.fold_tallies"
 
 _HOME = ("tenant_id", "collection_id", "owner_user_id", "owner_agent_id")
 _FIGURES = ("fragments", "words", "measured")
+# Each home's live fragments, counted: what its tallies must sum to.
+_LIVE = f"FROM {Fragment._meta.db_table} WHERE retired_at IS NULL GROUP BY {', '.join(_HOME)}"
+_COUNTED = f"SELECT {', '.join(_HOME)}, count(*) AS fragments, coalesce(sum(search_length), 0) AS words, " \
+           f"count(search_length) AS measured {_LIVE}"  # noqa: S608
+
+
+def _same_home(left: str, right: str) -> str:
+    # A home has exactly one of its three ids; ids are positive, so 0 stands for
+    # "none" and the comparison is a plain (hashable) equality.
+    return " AND ".join(f"coalesce({left}.{name}, 0) = coalesce({right}.{name}, 0)" if name != "tenant_id"
+                        else f"{left}.{name} = {right}.{name}" for name in _HOME)
 
 
 def fold_tallies() -> int:
@@ -28,7 +51,6 @@ def fold_tallies() -> int:
     skips the rows the first deleted, and adds nothing for them."""
     table = FragmentTally._meta.db_table
     home = ", ".join(_HOME)
-    same_home = " AND ".join(f"t.{name} IS NOT DISTINCT FROM c.{name}" for name in _HOME)
     sums = ", ".join(f"sum({name})" for name in _FIGURES)
     some = " OR ".join(f"sum({name}) <> 0" for name in _FIGURES)
     with connection.cursor() as cursor:
@@ -36,7 +58,7 @@ def fold_tallies() -> int:
             WITH crowded AS (
                 SELECT {home} FROM {table} GROUP BY {home} HAVING count(*) > 1 OR NOT ({some})
             ), folded AS (
-                DELETE FROM {table} AS t USING crowded AS c WHERE {same_home}
+                DELETE FROM {table} AS t USING crowded AS c WHERE {_same_home("t", "c")}
                 RETURNING {", ".join(f"t.{name}" for name in (*_HOME, *_FIGURES))}
             ), kept AS (
                 INSERT INTO {table} ({home}, {", ".join(_FIGURES)})
@@ -46,3 +68,62 @@ def fold_tallies() -> int:
             SELECT (SELECT count(*) FROM folded) - (SELECT count(*) FROM kept)
         """)  # noqa: S608
         return int(cursor.fetchone()[0])
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A home whose tallies do not sum to its live fragments."""
+
+    tenant_id: str
+    home: str
+    counted: tuple[int, int, int]  # fragments, words, measured
+    tallied: tuple[int, int, int]
+
+
+def tallies_drift(*, caller: Operator) -> list[Drift]:
+    """Every home whose tallies and live fragments disagree (none when the
+    triggers saw every change). One statement, over the whole table."""
+    access.require_operator(caller)
+    table = FragmentTally._meta.db_table
+    home = ", ".join(_HOME)
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            WITH counted AS ({_COUNTED}),
+                 tallied AS (SELECT {home}, {", ".join(f"sum({name}) AS {name}" for name in _FIGURES)}
+                               FROM {table} GROUP BY {home})
+            SELECT {", ".join(f"coalesce(c.{name}, t.{name})" for name in _HOME)},
+                   ARRAY[{", ".join(f"c.{name}" for name in _FIGURES)}],
+                   ARRAY[{", ".join(f"t.{name}" for name in _FIGURES)}]
+              FROM counted AS c FULL JOIN tallied AS t ON {_same_home("c", "t")}
+             WHERE ({", ".join(f"c.{name}" for name in _FIGURES)})
+                   IS DISTINCT FROM ({", ".join(f"t.{name}" for name in _FIGURES)})
+               AND NOT (c.fragments IS NULL AND {" AND ".join(f"t.{name} = 0" for name in _FIGURES)})
+             ORDER BY 1, 2, 3, 4
+        """)  # noqa: S608
+        rows = cursor.fetchall()
+    return [Drift(tenant_id=str(tenant), home=_home_name(collection, user, agent),
+                  counted=_figures(counted), tallied=_figures(tallied))
+            for tenant, collection, user, agent, counted, tallied in rows]
+
+
+def _home_name(collection: int | None, user: int | None, agent: int | None) -> str:
+    if collection is not None:
+        return f"collection {collection}"
+    return f"person {user}" if user is not None else f"agent {agent}"
+
+
+def _figures(values: list | None) -> tuple[int, int, int]:
+    return tuple(int(value or 0) for value in (values or (0, 0, 0)))  # type: ignore[return-value]
+
+
+def tallies_recount(*, caller: Operator) -> int:
+    """Count every home's live fragments again, in place of its tallies; returns
+    how many homes hold fragments. Writes of fragments wait while it runs
+    (reads go on), so no change falls between the count and the tallies."""
+    access.require_operator(caller)
+    table = FragmentTally._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"LOCK TABLE {Fragment._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+        cursor.execute(f"DELETE FROM {table}")  # noqa: S608
+        cursor.execute(f"INSERT INTO {table} ({', '.join((*_HOME, *_FIGURES))}) {_COUNTED}")  # noqa: S608
+        return cursor.rowcount

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import io
 import threading
 import time
+import uuid
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection, connections, transaction
 from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
@@ -18,8 +22,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memoryhub import access
+from memoryhub.access import And, Eq, IsNull, Labelled, Or
+from memoryhub.errors import PermissionDenied
 from memoryhub.models import Fragment, FragmentTally
-from memoryhub.services import search, tallies
+from memoryhub.services import ingest, search, tallies
 from memoryhub.services.fragments import fragment_forget, fragment_write
 from memoryhub.services.portability import memory_erase
 from tests.memory.conftest import private_fragment
@@ -84,6 +90,48 @@ def test_the_tallies_follow_every_change_to_a_fragment(people, shared_fragment):
     Fragment.objects.filter(owner_agent=people.triage_bot.agent).delete()
     assert_tallies_hold()
     assert not any(home[3] == people.triage_bot.agent.pk for home in tallied())
+
+
+def _chat(people, turns: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """The wiki sends a conversation: its turns are bulk-created, then their contexts bulk-updated."""
+    ingest.document_upsert(source=people.wiki, document=ingest.document_validated(
+        resource_id="chat/standup", title="Standup", turns=[{"speaker": "A", "text": text} for text in turns]))
+
+
+def test_the_tallies_follow_bulk_writes_copies_moves_and_cascades(people):
+    _chat(people, ["The deploy is at noon.", "Who owns the rollback?", "Bruno owns the rollback plan."])
+    assert Fragment.objects.filter(resources__external_id="chat/standup").count() == 3
+    assert_tallies_hold()
+    # The document again, changed: one turn rewritten, one gone, one added.
+    _chat(people, ["The deploy is at noon.", "Who owns the rollback, and the pager?"])
+    assert_tallies_hold()
+
+    # Rows copied in with COPY, as a bulk load does.
+    now = timezone.now()
+    with connection.cursor() as cursor, cursor.cursor.copy(
+            "COPY memoryhub_fragment (id, tenant_id, owner_user_id, value, created_at, recorded_at, retired_reason, "
+            "subject_key, confidence, grounding_status, session_id, client_id, resource_ref, content_hash) "
+            "FROM STDIN") as copy:
+        for n in range(3):
+            copy.write_row((uuid.uuid4(), people.acme.pk, people.cleo.pk, f"Copied note number {n} about pagers.",
+                            now, now, "", "", 1.0, "stated", "", "", "", f"copied-{n}"))
+    assert Fragment.objects.filter(owner_user=people.cleo).count() == 3
+    assert_tallies_hold()
+
+    # A private fragment moved into a collection, and one moved to another person.
+    mine = private_fragment(people.caller(people.bruno), "Bruno's note, shared later.", embed=False)
+    Fragment.objects.filter(pk=mine.pk).update(owner_user=None, collection=people.collection("incidents",
+                                                                                                 people.acme))
+    assert_tallies_hold()
+    Fragment.objects.filter(owner_user=people.cleo, content_hash="copied-0").update(owner_user=people.bruno)
+    assert_tallies_hold()
+
+    # A person deleted: their private fragments go with them (the ORM's cascade).
+    cleo = people.cleo.pk
+    assert Fragment.objects.filter(owner_user_id=cleo).exists()
+    people.cleo.delete()
+    assert not Fragment.objects.filter(owner_user_id=cleo).exists()
+    assert_tallies_hold()
 
 
 def test_folding_keeps_every_homes_sums_in_one_row(people, shared_fragment):
@@ -181,6 +229,75 @@ def test_only_a_persons_read_that_is_not_narrowed_is_tallied(people):
     old = access.read_policy(caller=bruno, as_of=now - search.TALLIED_WITHIN - dt.timedelta(minutes=1))
     assert old.tallied() is not None and search.tallied_statistics(old) is None
     assert search.tallied_statistics(access.read_policy(caller=bruno, as_of=now)) is not None
+
+
+def test_a_read_whose_visibility_reads_more_than_homes_is_not_tallied(people):
+    """tallied() is derived from the visibility rule: a clause that reads
+    anything but a fragment's home (here, its source) makes the read counted."""
+    now = timezone.now()
+    policy = access.read_policy(caller=people.caller(people.bruno), as_of=now)
+    assert isinstance(policy.visibility, And)
+    tallied = policy.tallied()
+    assert tallied is not None and tallied.facts_read() == {"tenant_id", "owner_user_id", "collection_id"}
+    stricter = access.ReadPolicy(caller=policy.caller, audience=policy.audience, as_of=now,
+                                 visibility=And((*policy.visibility.rules, Labelled("sourced", IsNull("source_id")))),
+                                 narrowing=policy.narrowing)
+    assert stricter.tallied() is None
+    # Without the time clause the read is not the one the corrections assume.
+    timeless = access.ReadPolicy(caller=policy.caller, audience=policy.audience, as_of=now,
+                                 visibility=And(tuple(rule for rule in policy.visibility.rules
+                                                      if rule != access.as_of_rule(now))),
+                                 narrowing=policy.narrowing)
+    assert timeless.tallied() is None
+    assert Or((Eq("owner_user_id", 1), IsNull("source_id"))).facts_read() == {"owner_user_id", "source_id"}
+
+
+def test_the_corrections_turn_live_now_into_live_at_any_instant():
+    """Row by row: live at `as_of` (as_of_rule) is exactly counted-and-not-the-first-correction, or the
+    second; the two never overlap."""
+    as_of = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
+    minute = dt.timedelta(minutes=1)
+    instants = [as_of - 2 * minute, as_of - minute, as_of, as_of + minute, as_of + 2 * minute]
+    counted_not_live, live_not_counted = access.tally_corrections(as_of)
+    checked = 0
+    for recorded in instants:
+        for retired in [None, *instants]:
+            if retired is not None and retired < recorded:
+                continue
+            facts = {"recorded_at": recorded, "retired_at": retired}
+            counted = retired is None
+            first, second = counted_not_live.holds(facts), live_not_counted.holds(facts)
+            assert not (first and second)
+            assert access.as_of_rule(as_of).holds(facts) == ((counted and not first) or second), facts
+            checked += 1
+    assert checked == 20
+
+
+def test_the_tallies_command_finds_a_drift_and_recounts(people, shared_fragment):
+    shared_fragment("Deploy the billing service on Tuesdays.")
+    private_fragment(people.caller(people.bruno), "Bruno's own note.", embed=False)
+    out = io.StringIO()
+    call_command("tallies", stdout=out)
+    assert "agree" in out.getvalue()
+    # What no trigger sees: a home's tallies lost, and a home whose fragments went by TRUNCATE.
+    FragmentTally.objects.filter(owner_user_id=people.bruno.pk).delete()
+    FragmentTally.objects.create(tenant_id=people.globex.pk, collection_id=999_999, fragments=4, words=40,
+                                 measured=4)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="2 homes' tallies disagree"):
+        call_command("tallies", stdout=out)
+    assert f"person {people.bruno.pk}: live fragments, words, measured: counted (1, " in out.getvalue()
+    assert "collection 999999: live fragments, words, measured: counted (0, 0, 0), tallied (4, 40, 4)" in out.getvalue()
+    out = io.StringIO()
+    call_command("tallies", recount=True, stdout=out)
+    assert out.getvalue().strip() == f"Recounted: {len(counted())} homes hold live fragments."
+    assert_tallies_hold()
+    assert FragmentTally.objects.count() == len(counted())
+    call_command("tallies", stdout=io.StringIO())
+    with pytest.raises(PermissionDenied):
+        tallies.tallies_drift(caller=access.system_caller(tenant=people.acme))  # type: ignore[arg-type]
+    with pytest.raises(PermissionDenied):
+        tallies.tallies_recount(caller=access.system_caller(tenant=people.acme))  # type: ignore[arg-type]
 
 
 def _index_statement(caller, **filters) -> str:  # type: ignore[no-untyped-def]
