@@ -66,7 +66,7 @@ import json
 import uuid
 from collections.abc import Collection as CollectionOf
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from django.contrib.postgres.expressions import ArraySubquery
@@ -702,13 +702,26 @@ class Rule:
 
     def facts_read(self) -> frozenset[str]:
         """The facts this rule reads: the columns it compares, the relations
-        it looks into (and what it reads of their rows), its parts'."""
-        read = {value for value in (getattr(self, "name", None), getattr(self, "relation", None))
-                if isinstance(value, str)}
-        for part in (*getattr(self, "rules", ()), getattr(self, "rule", None)):
-            if part is not None:
-                read |= part.facts_read()
+        it looks into (and what it reads of their rows), its parts'. A field
+        this does not know is taken to read a fact of its own name, so a new
+        kind of rule is never taken to read less than it does."""
+        read: set[str] = set()
+        for item in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, item.name)
+            if item.name in ("name", "relation"):
+                read.add(value)
+            elif item.name == "rule":
+                read |= value.facts_read()
+            elif item.name == "rules":
+                for part in value:
+                    read |= part.facts_read()
+            elif item.name not in _NOT_FACTS:
+                read.add(f"{type(self).__name__}.{item.name}")
         return frozenset(read)
+
+
+# A rule's fields that hold what a fact is compared with, or its wording.
+_NOT_FACTS = frozenset({"value", "values", "op", "label", "text"})
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import F, Model, Value
+from django.db.models import Case, F, Model, Value, When
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -1074,7 +1074,8 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
     counted_not_live, live_not_counted = access.tally_corrections(as_of)
     changed_sql, changed_params = _sql(
         Fragment.objects.filter(homes).filter(counted_not_live.q() | live_not_counted.q())
-        .order_by().values_list("search_length", "retired_at"))
+        .annotate(sign=Case(When(counted_not_live.q(), then=Value(-1)), default=Value(1)))
+        .order_by().values_list("search_length", "sign"))
     sql = f"""SELECT (k.fragments + c.fragments)::float8 AS n,
                coalesce((k.words + c.words)::numeric / nullif(k.measured + c.measured, 0), 0)::float8 AS avgdl
           FROM (SELECT coalesce(sum(t.fragments), 0) AS fragments, coalesce(sum(t.words), 0) AS words,
@@ -1082,8 +1083,7 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
                   FROM ({kept_sql}) AS t(fragments, words, measured)) AS k,
                (SELECT coalesce(sum(r.sign), 0) AS fragments, coalesce(sum(r.sign * r.length), 0) AS words,
                        coalesce(sum(r.sign) FILTER (WHERE r.length IS NOT NULL), 0) AS measured
-                  FROM (SELECT x.length, CASE WHEN x.retired_at IS NULL THEN -1 ELSE 1 END
-                          FROM ({changed_sql}) AS x(length, retired_at)) AS r(length, sign)) AS c"""  # noqa: S608
+                  FROM ({changed_sql}) AS r(length, sign)) AS c"""  # noqa: S608
     return sql, (*kept_params, *changed_params)
 
 

@@ -118,12 +118,15 @@ def _figures(values: list | None) -> tuple[int, int, int]:
 
 def tallies_recount(*, caller: Operator) -> int:
     """Count every home's live fragments again, in place of its tallies; returns
-    how many homes hold fragments. Writes of fragments wait while it runs
-    (reads go on), so no change falls between the count and the tallies."""
+    how many homes hold fragments. Writes of fragments and folds wait while it
+    runs (reads go on), so no change falls between the count and the tallies,
+    and no fold's row is left beside the count. The locks are taken in the
+    order a write takes them (fragments, then tallies)."""
     access.require_operator(caller)
     table = FragmentTally._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"LOCK TABLE {Fragment._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+        cursor.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
         cursor.execute(f"DELETE FROM {table}")  # noqa: S608
         cursor.execute(f"INSERT INTO {table} ({', '.join((*_HOME, *_FIGURES))}) {_COUNTED}")  # noqa: S608
         return cursor.rowcount

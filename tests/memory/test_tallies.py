@@ -5,6 +5,7 @@ reader's visible rows gives."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib
 import io
@@ -102,7 +103,7 @@ def test_the_tallies_follow_bulk_writes_copies_moves_and_cascades(people):
     _chat(people, ["The deploy is at noon.", "Who owns the rollback?", "Bruno owns the rollback plan."])
     assert Fragment.objects.filter(resources__external_id="chat/standup").count() == 3
     assert_tallies_hold()
-    # The document again, changed: one turn rewritten, one gone, one added.
+    # The document again, changed: one turn rewritten, one gone.
     _chat(people, ["The deploy is at noon.", "Who owns the rollback, and the pager?"])
     assert_tallies_hold()
 
@@ -252,25 +253,57 @@ def test_a_read_whose_visibility_reads_more_than_homes_is_not_tallied(people):
     assert Or((Eq("owner_user_id", 1), IsNull("source_id"))).facts_read() == {"owner_user_id", "source_id"}
 
 
-def test_the_corrections_turn_live_now_into_live_at_any_instant():
-    """Row by row: live at `as_of` (as_of_rule) is exactly counted-and-not-the-first-correction, or the
-    second; the two never overlap."""
-    as_of = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
+def test_the_corrections_turn_live_now_into_live_at_any_instant(people):
+    """Row by row, in Python and in SQL: live at `as_of` (as_of_rule) is exactly
+    counted-and-not-the-first-correction, or the second; the two never overlap."""
+    as_of = timezone.now() - dt.timedelta(hours=1)
     minute = dt.timedelta(minutes=1)
     instants = [as_of - 2 * minute, as_of - minute, as_of, as_of + minute, as_of + 2 * minute]
     counted_not_live, live_not_counted = access.tally_corrections(as_of)
+    live_at = access.as_of_rule(as_of)
+    bruno = people.caller(people.bruno)
     checked = 0
     for recorded in instants:
         for retired in [None, *instants]:
-            if retired is not None and retired < recorded:
-                continue
             facts = {"recorded_at": recorded, "retired_at": retired}
             counted = retired is None
             first, second = counted_not_live.holds(facts), live_not_counted.holds(facts)
             assert not (first and second)
-            assert access.as_of_rule(as_of).holds(facts) == ((counted and not first) or second), facts
+            assert live_at.holds(facts) == ((counted and not first) or second), facts
+            # The same row in the table, read through each rule's SQL.
+            row = private_fragment(bruno, f"Row {checked}.", embed=False, recorded_at=recorded)
+            Fragment.objects.filter(pk=row.pk).update(retired_at=retired, retired_reason="forgotten" if retired else "")
+            for rule, expected in ((counted_not_live, first), (live_not_counted, second),
+                                   (live_at, live_at.holds(facts))):
+                assert Fragment.objects.filter(rule.q(), pk=row.pk).exists() == expected, (rule, facts)
             checked += 1
-    assert checked == 20
+    assert checked == 30
+
+
+def test_every_kind_of_rule_says_what_it_reads():
+    """facts_read() for each kind of rule; a kind it does not know reads a
+    fact of its own (never nothing), so tallied() would count that read."""
+    now = timezone.now()
+    assert Eq("tenant_id", 1).facts_read() == {"tenant_id"}
+    assert access.In("collection_id", frozenset({1})).facts_read() == {"collection_id"}
+    assert access.NotIn("agent_id", frozenset({1})).facts_read() == {"agent_id"}
+    assert IsNull("source_id").facts_read() == {"source_id"}
+    assert access.Compare("recorded_at", "lte", now).facts_read() == {"recorded_at"}
+    assert access.Some("agent_links", Eq("agent_id", 1)).facts_read() == {"agent_links", "agent_id"}
+    assert access.NoneOf("resource_links", Eq("resource__external_id", "x")).facts_read() == {
+        "resource_links", "resource__external_id"}
+    assert access.Nothing().facts_read() == frozenset()
+    assert And((Eq("tenant_id", 1), Labelled("why", Or((IsNull("source_id"),))))).facts_read() == {
+        "tenant_id", "source_id"}
+    known = {Eq, access.In, access.NotIn, IsNull, access.Compare, access.Some, access.NoneOf, access.Nothing, And,
+             Or, Labelled}
+    assert set(access.Rule.__subclasses__()) == known  # a new kind of rule gets a line above
+
+    @dataclasses.dataclass(frozen=True)
+    class Flagged(access.Rule):
+        flag: str
+
+    assert Flagged("hidden").facts_read() == {"Flagged.flag"}
 
 
 def test_the_tallies_command_finds_a_drift_and_recounts(people, shared_fragment):
@@ -283,6 +316,10 @@ def test_the_tallies_command_finds_a_drift_and_recounts(people, shared_fragment)
     FragmentTally.objects.filter(owner_user_id=people.bruno.pk).delete()
     FragmentTally.objects.create(tenant_id=people.globex.pk, collection_id=999_999, fragments=4, words=40,
                                  measured=4)
+    # A home whose rows sum to nothing, with no fragments, agrees.
+    for sign in (1, -1):
+        FragmentTally.objects.create(tenant_id=people.globex.pk, owner_agent_id=999_998, fragments=sign,
+                                     words=sign * 7, measured=sign)
     out = io.StringIO()
     with pytest.raises(CommandError, match="2 homes' tallies disagree"):
         call_command("tallies", stdout=out)
@@ -413,6 +450,43 @@ def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(live_
     assert first_outcome == [1] and second_outcome == [0]
     assert _tally_rows() == len(counted())
     assert_tallies_hold()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recount_waits_for_a_fold_in_flight_and_counts_each_home_once(live_people):
+    people = live_people
+    bruno = people.caller(people.bruno)
+    for n in range(3):
+        private_fragment(bruno, f"Bruno's note {n}.", embed=False)
+    folded = threading.Event()
+    commit = threading.Event()
+    recount_pid: list[int] = []
+
+    def fold_held_open() -> int:
+        with transaction.atomic():
+            count = tallies.fold_tallies()
+            folded.set()
+            assert commit.wait(30)
+        return count
+
+    def recount() -> int:
+        connection.ensure_connection()
+        recount_pid.append(connection.connection.info.backend_pid)
+        return tallies.tallies_recount(caller=access.OPERATOR)
+
+    fold, fold_outcome = _in_thread(fold_held_open)
+    assert folded.wait(30)
+    recounting, recount_outcome = _in_thread(recount)
+    deadline = time.monotonic() + 30
+    while not (recount_pid and _waiting_on_a_lock(recount_pid)):
+        assert time.monotonic() < deadline, "the recount never waited for the fold"
+        time.sleep(0.05)
+    commit.set()
+    fold.join(30)
+    recounting.join(30)
+    assert fold_outcome == [2] and recount_outcome == [len(counted())]
+    assert_tallies_hold()
+    assert _tally_rows() == len(counted())
 
 
 def test_the_beat_folds_the_tallies_every_sweep_interval(settings):
