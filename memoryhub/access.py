@@ -8,8 +8,7 @@ function here -> tests".
 Who is asking
   `Caller` (a person, an agent, or the explicit `system_caller` a management
   command acts as), built only from a verified principal or a signed-in person:
-  `caller_for_user`, `caller_for_agent`, `caller_from_principal`, `caller_of_holder`
-  (a verified token's holder, as read with it). `Operator` is
+  `caller_for_user`, `caller_for_agent`, `caller_from_principal`. `Operator` is
   whoever runs the deployment's commands (creating a workspace).
 
 Whether a credential's holder is still entitled
@@ -330,19 +329,6 @@ class Holder:
     @property
     def subject(self) -> str:
         return subject_of(user=self.user, agent=self.agent)
-
-
-def caller_of_holder(holder: Holder, *, client_id: str) -> Caller:
-    """The caller a verified token's holder acts as, from what was read with
-    the token (`token_holder(..., read_with_token=True)`): the same person or
-    agent `caller_from_principal` finds for the token's principal, without
-    reading them again within the request."""
-    if holder.kind == "user" and holder.user is not None:
-        membership = _live_membership(holder.user, _read_with(holder.user, "membership"))
-        return _person_caller(holder.user, membership, client_id=client_id, subject=holder.subject)
-    if holder.kind == "agent" and holder.agent is not None:
-        return caller_for_agent(agent=holder.agent, client_id=client_id, subject=holder.subject)
-    raise PermissionDenied("The credential does not name a person or an agent of this workspace.")
 
 
 def agent_of(application: Application | None) -> Agent | None:

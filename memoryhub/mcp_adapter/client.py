@@ -25,7 +25,6 @@ from mcpapi.observe import REQUEST_ID as MCP_REQUEST_ID
 from memoryhub import access
 from memoryhub.errors import MemoryhubError, is_unavailable
 from memoryhub.mcp_adapter import render
-from memoryhub.mcp_adapter.verifier import HeldPrincipal
 from memoryhub.observability import REQUEST_ID
 from memoryhub.services.fragments import fragment_write
 from memoryhub.services.health import read_probe
@@ -41,12 +40,8 @@ DEADLINE_MARGIN_SECONDS = 0.5
 
 
 def caller_for(principal: Principal, *, operation: str) -> access.Caller:
-    """The domain caller for `operation`, when the credential's scopes allow it:
-    named from who holds the token as read with it when this process verified
-    it (one statement fewer per call), else read from the principal's claims."""
+    """The domain caller for `operation`, when the credential's scopes allow it."""
     access.require_scope(principal.scopes, operation)
-    if isinstance(principal, HeldPrincipal) and principal.holder is not None:
-        return access.caller_of_holder(principal.holder, client_id=principal.client_id)
     return access.caller_from_principal(
         tenant=principal.tenant, subject=principal.subject, kind=principal.kind, client_id=principal.client_id
     )

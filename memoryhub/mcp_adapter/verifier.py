@@ -3,9 +3,6 @@ from this process's database (memoryhub.oauth.tokens)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
@@ -13,21 +10,11 @@ from mcpapi.client import Principal
 from memoryhub.oauth.tokens import MAX_TOKEN_LENGTH, VerifiedToken, token_verified
 
 
-@dataclass(frozen=True)
-class HeldPrincipal(Principal):
-    """A principal this process verified, carrying who holds the token as read
-    with it (an `access.Holder`, opaque to the MCP layer): the memory client
-    names the tool's caller from it without reading them again
-    (mcp_adapter.client.caller_for)."""
-
-    holder: Any = field(default=None, compare=False, repr=False)
-
-
 def principal_of(verified: VerifiedToken, *, credential: str) -> Principal:
     """The MCP layer's principal for a token the domain verified."""
-    return HeldPrincipal(
+    return Principal(
         tenant=verified.tenant, subject=verified.subject, kind=verified.kind, scopes=verified.scopes,
-        client_id=verified.client_id, resource=verified.resource, credential=credential, holder=verified.holder,
+        client_id=verified.client_id, resource=verified.resource, credential=credential,
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
@@ -45,8 +45,6 @@ class VerifiedToken:
     client_id: str
     # The resource (RFC 8707 audience) it was verified for.
     resource: str
-    # Who holds it, as read with it (access.caller_of_holder names their caller).
-    holder: access.Holder | None = field(default=None, compare=False, repr=False)
 
     @property
     def memory_scopes(self) -> list[str]:
@@ -92,7 +90,7 @@ def verified_row(row: AccessToken, *, resource: str) -> VerifiedToken | None:
     mark_used(row)
     return VerifiedToken(
         tenant=str(holder.tenant.pk), subject=holder.subject, kind=holder.kind, scopes=scopes,
-        client_id=row.application.client_id, resource=resource, holder=holder,
+        client_id=row.application.client_id, resource=resource,
     )
 
 

@@ -189,9 +189,9 @@ def _statements(fn):  # type: ignore[no-untyped-def]
 
 
 def test_a_token_and_its_caller_cost_one_statement_each(people, mcp_client):
-    """The token with who holds it (agent or membership, and their workspace)
-    in one statement; a principal's caller, read from its claims alone (a
-    principal this process did not verify), in one more."""
+    """What an MCP request reads before its tool runs: the token with who holds
+    it (agent or membership, and their workspace) in one statement, and the
+    caller the tool acts as in one more."""
     from memoryhub import access
 
     bot = people.triage_bot
@@ -205,33 +205,6 @@ def test_a_token_and_its_caller_cost_one_statement_each(people, mcp_client):
             tenant=verified.tenant, subject=verified.subject, kind=verified.kind, client_id=verified.client_id))
         assert expected in (caller.user, caller.agent) and len(statements) == 1, statements
         assert caller.tenant.pk == people.acme.pk
-
-
-def test_the_tools_caller_is_named_from_the_verified_token_without_a_statement(people, mcp_client):
-    """What an MCP request reads before its tool runs in this process: the
-    token's one statement. The tool's caller is named from who holds it, as
-    read with it, and is the caller the principal's claims name."""
-    from memoryhub import access
-    from memoryhub.mcp_adapter.client import caller_for
-
-    bot = people.triage_bot
-    person = make_token(application=mcp_client, user=people.bruno, scope="memory.read", resource=[FULL])
-    agent = client_credentials(bot.client_id, bot.client_secret)["access_token"]
-    for token, expected in ((person, people.bruno), (agent, bot.agent)):
-        principal = verify(token)
-        caller, statements = _statements(lambda principal=principal: caller_for(principal,
-                                                                                operation="memory_search"))
-        assert statements == []
-        claimed = access.caller_from_principal(tenant=principal.tenant, subject=principal.subject,
-                                               kind=principal.kind, client_id=principal.client_id)
-        assert expected in (caller.user, caller.agent)
-        for name in ("kind", "client_id", "subject"):
-            assert getattr(caller, name) == getattr(claimed, name)
-        assert (caller.tenant.pk, getattr(caller.user, "pk", None), getattr(caller.agent, "pk", None)) == (
-            claimed.tenant.pk, getattr(claimed.user, "pk", None), getattr(claimed.agent, "pk", None))
-    # The scope is still checked first (the person's token opens memory.read only).
-    with pytest.raises(access.InsufficientScope):
-        caller_for(verify(person), operation="memory_write")
 
 
 def test_a_principal_names_a_caller_only_while_they_are_entitled(people, mcp_client):
