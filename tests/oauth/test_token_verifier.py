@@ -207,6 +207,30 @@ def test_a_token_and_its_caller_cost_one_statement_each(people, mcp_client):
         assert caller.tenant.pk == people.acme.pk
 
 
+def test_a_request_admitted_before_a_deactivation_or_a_revocation_is_refused_when_its_tool_runs(
+        people, mcp_client):
+    """The gateway admits a request before its body arrives (up to
+    body_read_seconds later, at the client's pace): the tool's caller is read
+    again when the tool runs, so a person deactivated or an agent revoked in
+    between is refused then, not served with the rights they were admitted with."""
+    from memoryhub import access
+    from memoryhub.errors import PermissionDenied
+    from memoryhub.mcp_adapter.client import caller_for
+    from memoryhub.services.members import member_deactivate
+
+    bot = people.triage_bot
+    person = verify(make_token(application=mcp_client, user=people.bruno, scope="memory.read", resource=[FULL]))
+    agent = verify(client_credentials(bot.client_id, bot.client_secret)["access_token"])
+    assert caller_for(person, operation="memory_search").user == people.bruno
+    assert caller_for(agent, operation="memory_search").agent == bot.agent
+    admin = access.caller_for_user(user=people.ada)
+    member_deactivate(caller=admin, username="bruno")
+    agent_revoke(caller=admin, name="triage-bot")
+    for principal in (person, agent):
+        with pytest.raises(PermissionDenied):
+            caller_for(principal, operation="memory_search")
+
+
 def test_a_principal_names_a_caller_only_while_they_are_entitled(people, mcp_client):
     """caller_from_principal, read in one statement, refuses what token_holder refuses."""
     from memoryhub import access
