@@ -12,6 +12,8 @@ import io
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -394,12 +396,49 @@ def _in_thread(target) -> tuple[threading.Thread, list]:  # type: ignore[no-unty
     return thread, outcome
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(live_people):
-    people = live_people
-    bruno = people.caller(people.bruno)
+def _one_held_open_then_another(held: Callable[[], Any], then: Callable[[], Any]) -> tuple[list, list]:
+    """`held` in a transaction kept open, then `then` on another connection:
+    once `then` waits on a lock, `held` commits. Both outcomes."""
+    done, commit = threading.Event(), threading.Event()
+    pid: list[int] = []
+
+    def first() -> Any:
+        with transaction.atomic():
+            result = held()
+            done.set()
+            assert commit.wait(30)
+        return result
+
+    def second() -> Any:
+        connection.ensure_connection()
+        pid.append(connection.connection.info.backend_pid)
+        return then()
+
+    first_thread, first_outcome = _in_thread(first)
+    assert done.wait(30)
+    second_thread, second_outcome = _in_thread(second)
+    deadline = time.monotonic() + 30
+    while not (pid and _waiting_on_a_lock(pid)):
+        assert time.monotonic() < deadline, "the second never waited for the first"
+        time.sleep(0.05)
+    commit.set()
+    first_thread.join(30)
+    second_thread.join(30)
+    return first_outcome, second_outcome
+
+
+@pytest.fixture
+def three_notes(live_people):  # type: ignore[no-untyped-def]
+    """Bruno's three private notes, committed, each with its own tally row."""
     for n in range(3):
-        private_fragment(bruno, f"Bruno's note {n}.", embed=False)
+        private_fragment(live_people.caller(live_people.bruno), f"Bruno's note {n}.", embed=False)
+    return live_people
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(three_notes):
+    people = three_notes
+    bruno = people.caller(people.bruno)
     # A write still open while the fold runs: its change is not in the fold's
     # snapshot, and stays for the next one.
     written = threading.Event()
@@ -421,69 +460,16 @@ def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(live_
     assert FragmentTally.objects.filter(owner_user_id=people.bruno.pk).count() == 2
 
     # Two folds at once: the second waits for the first's rows, then skips them.
-    first_done = threading.Event()
-    commit = threading.Event()
-    second_pid: list[int] = []
-
-    def first_fold() -> int:
-        with transaction.atomic():
-            folded = tallies.fold_tallies()
-            first_done.set()
-            assert commit.wait(30)
-        return folded
-
-    def second_fold() -> int:
-        connection.ensure_connection()
-        second_pid.append(connection.connection.info.backend_pid)
-        return tallies.fold_tallies()
-
-    first, first_outcome = _in_thread(first_fold)
-    assert first_done.wait(30)
-    second, second_outcome = _in_thread(second_fold)
-    deadline = time.monotonic() + 30
-    while not (second_pid and _waiting_on_a_lock(second_pid)):
-        assert time.monotonic() < deadline, "the second fold never waited for the first"
-        time.sleep(0.05)
-    commit.set()
-    first.join(30)
-    second.join(30)
+    first_outcome, second_outcome = _one_held_open_then_another(tallies.fold_tallies, tallies.fold_tallies)
     assert first_outcome == [1] and second_outcome == [0]
     assert _tally_rows() == len(counted())
     assert_tallies_hold()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_recount_waits_for_a_fold_in_flight_and_counts_each_home_once(live_people):
-    people = live_people
-    bruno = people.caller(people.bruno)
-    for n in range(3):
-        private_fragment(bruno, f"Bruno's note {n}.", embed=False)
-    folded = threading.Event()
-    commit = threading.Event()
-    recount_pid: list[int] = []
-
-    def fold_held_open() -> int:
-        with transaction.atomic():
-            count = tallies.fold_tallies()
-            folded.set()
-            assert commit.wait(30)
-        return count
-
-    def recount() -> int:
-        connection.ensure_connection()
-        recount_pid.append(connection.connection.info.backend_pid)
-        return tallies.tallies_recount(caller=access.OPERATOR)
-
-    fold, fold_outcome = _in_thread(fold_held_open)
-    assert folded.wait(30)
-    recounting, recount_outcome = _in_thread(recount)
-    deadline = time.monotonic() + 30
-    while not (recount_pid and _waiting_on_a_lock(recount_pid)):
-        assert time.monotonic() < deadline, "the recount never waited for the fold"
-        time.sleep(0.05)
-    commit.set()
-    fold.join(30)
-    recounting.join(30)
+def test_a_recount_waits_for_a_fold_in_flight_and_counts_each_home_once(three_notes):
+    fold_outcome, recount_outcome = _one_held_open_then_another(
+        tallies.fold_tallies, lambda: tallies.tallies_recount(caller=access.OPERATOR))
     assert fold_outcome == [2] and recount_outcome == [len(counted())]
     assert_tallies_hold()
     assert _tally_rows() == len(counted())
