@@ -19,7 +19,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Lower
+from django.db.models.functions import Lower, Now
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
@@ -431,6 +431,7 @@ class FragmentTally(models.Model):
     fragments = models.BigIntegerField(help_text="Live fragments added (negative: removed).")
     words = models.BigIntegerField(help_text="The sum of their search lengths.")
     measured = models.BigIntegerField(help_text="How many of them have a search length (the mean's divisor).")
+    added_at = models.DateTimeField(db_default=Now(), help_text="When the row was written (a change, or a fold).")
 
     class Meta:
         indexes = [models.Index(name="fragment_tally_tenant", fields=["tenant_id"])]

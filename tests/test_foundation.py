@@ -61,7 +61,7 @@ def test_healthz_answers_when_the_process_is_up(asgi_server):
 def test_readyz_reports_each_dependency(asgi_server):
     status, body = _get(f"{asgi_server.url}/readyz")
     assert status == 200, body
-    assert set(body["checks"]) == {"database", "redis", "embedder", "enrichment"}
+    assert set(body["checks"]) == {"database", "redis", "embedder", "enrichment", "tallies"}
     assert all(check["ok"] for check in body["checks"].values())
     assert body["status"] == "ready"
 
@@ -79,6 +79,30 @@ def test_readyz_reports_a_backlog_of_enrichment_as_degraded(asgi_server, live_pe
     assert (status, body["status"]) == (200, "degraded"), body
     assert body["checks"]["enrichment"]["degraded"] is True
     assert body["checks"]["enrichment"]["detail"].startswith("1 fragments wait")
+
+
+def test_readyz_reports_search_tallies_left_unfolded_as_degraded(asgi_server, live_people, settings):
+    from django.utils import timezone
+
+    from memoryhub.models import FragmentTally
+    from memoryhub.services.tallies import fold_tallies
+
+    def tallies_check() -> dict:
+        status, body = _get(f"{asgi_server.url}/readyz")
+        assert status == 200, body
+        return body["checks"]["tallies"]
+
+    assert tallies_check()["detail"] == "folded"
+    # Two rows of one home that no beat folded (a home with one row is folded already).
+    stale = timezone.now() - dt.timedelta(seconds=3 * settings.MEMORYHUB_SWEEP_SECONDS)
+    for fragments in (2, -1):
+        FragmentTally.objects.create(tenant_id=live_people.acme.pk, collection_id=999_999, fragments=fragments,
+                                     words=10 * fragments, measured=fragments, added_at=stale)
+    check = tallies_check()
+    assert check["degraded"] is True
+    assert check["detail"].startswith("1 homes' search tallies have waited to be folded") and "beat" in check["detail"]
+    assert fold_tallies() == 1
+    assert "degraded" not in tallies_check()
 
 
 def test_readyz_says_which_dependency_failed(asgi_server, settings):

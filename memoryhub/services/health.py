@@ -54,8 +54,22 @@ def _enrichment() -> str:
     return "nothing pending"
 
 
+def _tallies() -> str:
+    import datetime as dt
+
+    from django.conf import settings
+
+    from memoryhub.services.tallies import tallies_unfolded
+
+    waiting = tallies_unfolded(older_than=dt.timedelta(seconds=2 * settings.MEMORYHUB_SWEEP_SECONDS))
+    if waiting:
+        raise Degraded(f"{waiting} homes' search tallies have waited to be folded for over two sweep intervals, "
+                       "and searches slow down as they pile up (is the Celery beat running?)")
+    return "folded"
+
+
 CHECKS: dict[str, Callable[[], str]] = {
-    "database": _database, "redis": _redis, "embedder": _embedder, "enrichment": _enrichment,
+    "database": _database, "redis": _redis, "embedder": _embedder, "enrichment": _enrichment, "tallies": _tallies,
 }
 
 

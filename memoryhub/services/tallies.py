@@ -16,6 +16,7 @@ alone says whether the tallies and the fragments agree.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -67,6 +68,18 @@ def fold_tallies() -> int:
             )
             SELECT (SELECT count(*) FROM folded) - (SELECT count(*) FROM kept)
         """)  # noqa: S608
+        return int(cursor.fetchone()[0])
+
+
+def tallies_unfolded(*, older_than: dt.timedelta) -> int:
+    """How many homes hold tally rows that have waited longer than
+    `older_than` to be folded: searches slow down as they pile up (the beat
+    folds them; `/readyz` asks this)."""
+    home = ", ".join(_HOME)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM {FragmentTally._meta.db_table} GROUP BY {home} "  # noqa: S608
+                       f"HAVING count(*) > 1 AND min(added_at) < now() - %s * interval '1 second') AS waiting",
+                       [older_than.total_seconds()])
         return int(cursor.fetchone()[0])
 
 
