@@ -79,6 +79,7 @@ from django.utils import timezone
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
 from memoryhub.errors import Conflict, PermissionDenied
 from memoryhub.models import (
+    TALLY_HOME,
     AccessRule,
     Agent,
     Collection,
@@ -901,7 +902,7 @@ def as_of_rule(as_of: dt.datetime) -> Rule:
 
 # A fragment's home: its workspace and exactly one of its collection, its
 # owning person or its owning agent (models.FragmentTally's keys).
-HOME_FACTS = frozenset({"tenant_id", "collection_id", "owner_user_id", "owner_agent_id"})
+HOME_FACTS = frozenset(TALLY_HOME)
 
 
 def tally_corrections(as_of: dt.datetime) -> tuple[Rule, Rule]:

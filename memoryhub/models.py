@@ -406,6 +406,18 @@ class Fragment(models.Model):
         return self.value[:60]
 
 
+# A fragment's home, as FragmentTally keys it: its workspace and exactly one
+# of its collection, its owning person or its owning agent.
+TALLY_HOME = ("tenant_id", "collection_id", "owner_user_id", "owner_agent_id")
+
+
+def home_name(collection_id: int | None, owner_user_id: int | None, owner_agent_id: int | None) -> str:
+    """'collection 7', 'person 3' or 'agent 2': a home as an operator reads it."""
+    if collection_id is not None:
+        return f"collection {collection_id}"
+    return f"person {owner_user_id}" if owner_user_id is not None else f"agent {owner_agent_id}"
+
+
 class FragmentTally(models.Model):
     """How many live fragments (not retired) one home holds, and their search
     lengths: the statistics BM25 reads for a reader (memoryhub.services.search,
@@ -437,9 +449,7 @@ class FragmentTally(models.Model):
         indexes = [models.Index(name="fragment_tally_tenant", fields=["tenant_id"])]
 
     def __str__(self) -> str:
-        home = (f"collection {self.collection_id}" if self.collection_id is not None
-                else f"person {self.owner_user_id}" if self.owner_user_id is not None
-                else f"agent {self.owner_agent_id}")
+        home = home_name(self.collection_id, self.owner_user_id, self.owner_agent_id)
         return f"{home}: {self.fragments:+d} fragments, {self.words:+d} words"
 
 

@@ -766,7 +766,9 @@ def read_query_for(query: str, vector: list[float] | None, ranking: Ranking, *,
 
 def index_filter(policy: ReadPolicy):  # type: ignore[no-untyped-def]
     """The predicate both index queries carry (a seam tests replace to prove
-    the row check stands on its own)."""
+    the row check stands on its own). A person's N and mean length are summed
+    from the tallies of the policy's own homes (tallied_statistics), not read
+    through this seam: they rank, they never admit a row."""
     return policy.queryset_filter()
 
 
@@ -1063,18 +1065,18 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
     tallies of the homes they may see, exactly what counting their visible rows
     gives: the tallies hold every live fragment as of the statement's snapshot;
     the rows recorded after the read's instant are taken away and the rows
-    retired after it put back (access.tally_corrections), in one read of those rows (few for a read of
-    now, found through the indexes on recorded_at and retired_at). The mean is
-    the same division of the same integers as avg()'s."""
+    retired after it put back (access.tally_corrections), in one read of those
+    rows (few for a read of now, found through the indexes on recorded_at and
+    retired_at). The mean is the same division of the same integers as avg()'s."""
     homes, as_of = tallied.homes, tallied.as_of
     kept_sql, kept_params = _sql(
         FragmentTally.objects.filter(homes).order_by().values_list("fragments", "words", "measured"))
     # Counted in the tallies but not live at the instant (-1: recorded after
     # it, so still unretired), or live at it but not counted (+1: retired since).
-    counted_not_live, live_not_counted = access.tally_corrections(as_of)
+    counted_not_live, live_not_counted = (rule.q() for rule in access.tally_corrections(as_of))
     changed_sql, changed_params = _sql(
-        Fragment.objects.filter(homes).filter(counted_not_live.q() | live_not_counted.q())
-        .annotate(sign=Case(When(counted_not_live.q(), then=Value(-1)), default=Value(1)))
+        Fragment.objects.filter(homes).filter(counted_not_live | live_not_counted)
+        .annotate(sign=Case(When(counted_not_live, then=Value(-1)), default=Value(1)))
         .order_by().values_list("search_length", "sign"))
     sql = f"""SELECT (k.fragments + c.fragments)::float8 AS n,
                coalesce((k.words + c.words)::numeric / nullif(k.measured + c.measured, 0), 0)::float8 AS avgdl

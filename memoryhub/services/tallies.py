@@ -23,16 +23,16 @@ from django.db import connection, transaction
 
 from memoryhub import access
 from memoryhub.access import Operator
-from memoryhub.models import Fragment, FragmentTally
+from memoryhub.models import TALLY_HOME, Fragment, FragmentTally, home_name
 
 FOLD_TASK = "memoryhub.tasks.fold_tallies"
 
-_HOME = ("tenant_id", "collection_id", "owner_user_id", "owner_agent_id")
+_HOME = TALLY_HOME
 _FIGURES = ("fragments", "words", "measured")
 # Each home's live fragments, counted: what its tallies must sum to.
-_LIVE = f"FROM {Fragment._meta.db_table} WHERE retired_at IS NULL GROUP BY {', '.join(_HOME)}"
-_COUNTED = f"SELECT {', '.join(_HOME)}, count(*) AS fragments, coalesce(sum(search_length), 0) AS words, " \
-           f"count(search_length) AS measured {_LIVE}"  # noqa: S608
+_COUNTED = (f"SELECT {', '.join(_HOME)}, count(*) AS fragments, coalesce(sum(search_length), 0) AS words, "  # noqa: S608
+            f"count(search_length) AS measured FROM {Fragment._meta.db_table} WHERE retired_at IS NULL "
+            f"GROUP BY {', '.join(_HOME)}")
 
 
 def _same_home(left: str, right: str) -> str:
@@ -114,15 +114,9 @@ def tallies_drift(*, caller: Operator) -> list[Drift]:
              ORDER BY 1, 2, 3, 4
         """)  # noqa: S608
         rows = cursor.fetchall()
-    return [Drift(tenant_id=str(tenant), home=_home_name(collection, user, agent),
+    return [Drift(tenant_id=str(tenant), home=home_name(collection, user, agent),
                   counted=_figures(counted), tallied=_figures(tallied))
             for tenant, collection, user, agent, counted, tallied in rows]
-
-
-def _home_name(collection: int | None, user: int | None, agent: int | None) -> str:
-    if collection is not None:
-        return f"collection {collection}"
-    return f"person {user}" if user is not None else f"agent {agent}"
 
 
 def _figures(values: list | None) -> tuple[int, int, int]:

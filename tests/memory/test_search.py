@@ -104,6 +104,7 @@ def test_both_index_queries_carry_the_visibility_predicate(bruno, narrowed):
     tally = '"memoryhub_fragmenttally"."owner_user_id" ='
     assert lexical[0].count(AS_OF_CLAUSE) == (3 if narrowed else 2)
     assert (tally in lexical[0]) is not narrowed
+    assert lexical[0].count('"memoryhub_fragmenttally"."tenant_id" =') == (0 if narrowed else 1)
     for statement in vector + lexical:
         assert '"tenant_id" =' in statement
         assert '"owner_user_id" =' in statement

@@ -10,7 +10,6 @@ import datetime as dt
 import importlib
 import io
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -27,13 +26,14 @@ from django.utils import timezone
 from memoryhub import access
 from memoryhub.access import And, Eq, IsNull, Labelled, Or
 from memoryhub.errors import PermissionDenied
-from memoryhub.models import Fragment, FragmentTally
+from memoryhub.models import TALLY_HOME, Fragment, FragmentTally
 from memoryhub.services import ingest, search, tallies
 from memoryhub.services.fragments import fragment_forget, fragment_write
 from memoryhub.services.portability import memory_erase
+from tests.conftest import poll
 from tests.memory.conftest import private_fragment
 
-HOME = ("tenant_id", "collection_id", "owner_user_id", "owner_agent_id")
+HOME = TALLY_HOME
 
 
 def counted() -> dict[tuple, tuple[int, int, int]]:
@@ -367,12 +367,6 @@ def test_a_persons_search_sums_the_tallies_and_scores_as_counting_would(people, 
     assert kept == counted_  # the same ranks and, to the last bit, the same scores
 
 
-def _tally_rows() -> int:
-    with connections["default"].cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {FragmentTally._meta.db_table}")  # noqa: S608
-        return int(cursor.fetchone()[0])
-
-
 def _waiting_on_a_lock(thread_pid: list[int]) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", thread_pid)
@@ -417,10 +411,7 @@ def _one_held_open_then_another(held: Callable[[], Any], then: Callable[[], Any]
     first_thread, first_outcome = _in_thread(first)
     assert done.wait(30)
     second_thread, second_outcome = _in_thread(second)
-    deadline = time.monotonic() + 30
-    while not (pid and _waiting_on_a_lock(pid)):
-        assert time.monotonic() < deadline, "the second never waited for the first"
-        time.sleep(0.05)
+    poll(lambda: pid and _waiting_on_a_lock(pid), what="the second to wait for the first")
     commit.set()
     first_thread.join(30)
     second_thread.join(30)
@@ -462,7 +453,7 @@ def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(three
     # Two folds at once: the second waits for the first's rows, then skips them.
     first_outcome, second_outcome = _one_held_open_then_another(tallies.fold_tallies, tallies.fold_tallies)
     assert first_outcome == [1] and second_outcome == [0]
-    assert _tally_rows() == len(counted())
+    assert FragmentTally.objects.count() == len(counted())
     assert_tallies_hold()
 
 
@@ -472,7 +463,7 @@ def test_a_recount_waits_for_a_fold_in_flight_and_counts_each_home_once(three_no
         tallies.fold_tallies, lambda: tallies.tallies_recount(caller=access.OPERATOR))
     assert fold_outcome == [2] and recount_outcome == [len(counted())]
     assert_tallies_hold()
-    assert _tally_rows() == len(counted())
+    assert FragmentTally.objects.count() == len(counted())
 
 
 def test_the_beat_folds_the_tallies_every_sweep_interval(settings):
