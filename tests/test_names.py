@@ -20,6 +20,8 @@ def test_a_slug_is_stored_in_lower_case_with_spaces_as_hyphens(given, stored):
 @pytest.mark.parametrize(("given", "could"), [
     ("<script>x</script>", "scriptxscript"), ("\x1b[31mred\x1b[0m", "31mred0m"), ("\u0435ngineering", "ngineering"),
     ("\u00c4ngel", "angel"), ("x!!", "x"), ("-x", "x"), ("x_", "x"), ("_x", "x"), ("a\u202eb", "ab"), ("\u2603", None),
+    ("run\x1fbooks", "run-books"), ("run\tbooks", "run-books"), ("run\u00a0books", "run-books"),
+    ("run\u3000books", "run-books"), ("\u212aate", "kate"),
 ])
 def test_a_name_that_would_lose_characters_is_refused(given, could):
     with pytest.raises(InvalidArgument) as refused:
@@ -73,3 +75,14 @@ def test_a_names_skeleton_reads_what_it_shows(given, reads):
     from memoryhub.services.arguments import name_skeleton
 
     assert name_skeleton(given) == reads
+
+
+def test_a_login_name_is_looked_up_as_it_is_stored(people):
+    """A decomposed accent finds the person stored composed, so adding them
+    again is the same person, not a conflict."""
+    from memoryhub.services.members import member_add, member_ensure, member_get
+
+    admin = people.caller(people.ada)
+    member_add(caller=admin, username="jos\u00e9", password=None)
+    assert member_get(caller=admin, username="jose\u0301").user.username == "jos\u00e9"
+    assert member_ensure(caller=admin, username="jose\u0301", password=None).user.username == "jos\u00e9"

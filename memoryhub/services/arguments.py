@@ -79,7 +79,7 @@ def checked_name(value: Any, *, field: str, max_chars: int, what: str) -> str:
     ESC sequence as "31mred0m", would be a name nobody chose."""
     text = checked_text(value, field=field, max_chars=max_chars, required=True).strip()
     slug = slugify(text)
-    if slug != _SPACES.sub("-", text.lower()):
+    if not text.isascii() or slug != _SPACES.sub("-", text.lower()):
         could = f" (it could be {slug!r})" if slug else ""
         raise InvalidArgument(
             f"{what} needs a name of letters, digits, hyphens or underscores, beginning and ending with a letter or "
@@ -89,7 +89,9 @@ def checked_name(value: Any, *, field: str, max_chars: int, what: str) -> str:
     return slug
 
 
-_SPACES = re.compile(r"[\s-]+")
+# Spaces and hyphens only: a tab, a line break or a separator character would
+# be rewritten into a hyphen by slugify, and is refused instead.
+_SPACES = re.compile(r"[ -]+")
 
 # Scripts whose letters pass for each other ("а" is Cyrillic, "ο" Greek).
 LOOK_ALIKE_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")

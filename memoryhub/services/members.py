@@ -57,6 +57,12 @@ def members_list(*, caller: Caller) -> QuerySet[Membership]:
     )
 
 
+def login_name(text: str) -> str:
+    """A login name as it is stored and looked up: trimmed and composed (NFC),
+    so "jose\u0301" and "jos\u00e9" are the same person."""
+    return unicodedata.normalize("NFC", text.strip())
+
+
 def member_get(*, caller: Caller, user_id: int | None = None, username: str | None = None) -> Membership:
     """A person of the caller's workspace, by id or login name; NotFound otherwise."""
     tenant = access.require_admin(caller)
@@ -64,7 +70,8 @@ def member_get(*, caller: Caller, user_id: int | None = None, username: str | No
     if user_id is not None:
         membership = memberships.filter(user_id=user_id).first()
     else:
-        membership = memberships.filter(user__username__iexact=storable(username or "", field="username")).first()
+        membership = memberships.filter(
+            user__username__iexact=storable(login_name(username or ""), field="username")).first()
     if membership is None:
         raise NotFound("No such person in this workspace.")
     return membership
@@ -99,8 +106,7 @@ def member_add(
     """A new person in the caller's workspace, signing in with `password`
     (None: no usable password until one is set)."""
     tenant = access.require_admin(caller)
-    # Composed (NFC): the same text, in the form sign-in compares.
-    username = unicodedata.normalize("NFC", username.strip())
+    username = login_name(username)
     if not _USERNAME.match(username):
         raise InvalidArgument("A username is 1-150 letters, digits or . @ + - _.", field="username")
     looks_like = passes_for_another(username)

@@ -39,6 +39,7 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memoryhub.embeddings import get_embedder
+from memoryhub.errors import NotFound
 from memoryhub.models import Agent, Fragment, Tenant, User
 from memoryhub.services.enrichment import enrichment_enqueue
 from memoryhub.services.indexing import fragment_context
@@ -231,7 +232,7 @@ class Writer:
             )
             policy, blocked = cursor.fetchone()
         if policy is None:
-            raise Tenant.DoesNotExist("The workspace of this write no longer exists.")
+            raise NotFound("The workspace of this write no longer exists.")
         tenant.write_policy = policy
         tenant.blocked_terms = json.loads(blocked)
 

@@ -319,7 +319,8 @@ def test_a_write_for_a_workspace_gone_is_refused(people):
 
     from django.db import transaction
 
+    from memoryhub.errors import NotFound
     from memoryhub.models import Tenant
 
-    with pytest.raises(Tenant.DoesNotExist), transaction.atomic():
+    with pytest.raises(NotFound), transaction.atomic():
         write.Writer(tenant=Tenant(pk=uuid.uuid4()), user=people.bruno).hold()

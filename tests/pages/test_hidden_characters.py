@@ -126,3 +126,12 @@ def test_receipts_and_a_fragments_page_show_hidden_characters(people):
         page = client.get(url).content.decode()
         assert "hidden-char" in page, url
         assert not any(char in page for char in "\u202e\u2066\u2069\u200b"), url
+
+
+def test_a_fragments_history_shows_hidden_characters(people):
+    bruno = people.caller(people.bruno)
+    fragment_write(caller=bruno, content="My favourite editor is Vim\u202e.")
+    newer = fragment_write(caller=bruno, content="My favourite editor is Emacs.")
+    assert newer.counts["superseded"] == 1
+    page = signed_in(people.bruno).get(f"/memory/{newer.results[0].fragment_id}/").content.decode()
+    assert "Replaced <a" in page and "[U+202E]" in page and "\u202e" not in page
