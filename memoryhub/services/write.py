@@ -26,7 +26,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -369,16 +368,13 @@ def _judged_rows(writer: Writer, text: str, vector: list[float] | None) -> dict[
                      .annotate(kind=Value(_NEIGHBOUR), distance=CosineDistance("embedding", vector))
                      .order_by("distance", "pk")[:NEIGHBOURS])
     found: dict[int, list[Fragment]] = {}
-    # A union's rows come in no set order: the neighbours are put back in
-    # theirs (PostgreSQL sorts a NaN distance last, and orders uuids as Python does).
-    rows = parts[0].union(*parts[1:], all=True)
-    for row in sorted(rows, key=lambda row: (row.kind, _last_if_nan(row.distance), row.pk)):
+    # A union's rows come in no set order unless it is given one: by kind,
+    # then the neighbours nearest first (a NaN distance after every number),
+    # ties by id. (One part alone is no union: its own order stands.)
+    rows = parts[0].union(*parts[1:], all=True).order_by("kind", "distance", "pk") if len(parts) > 1 else parts[0]
+    for row in rows:
         found.setdefault(row.kind, []).append(row)
     return found
-
-
-def _last_if_nan(distance: float | None) -> float:
-    return math.inf if distance is None or math.isnan(distance) else distance
 
 
 def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, Fragment | None, str]:

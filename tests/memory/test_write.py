@@ -263,27 +263,41 @@ def test_a_one_fact_write_sends_five_statements(bruno):
     assert sent[4].startswith('UPDATE "memoryhub_idempotencyrecord"')
 
 
-def test_the_judgement_reads_neighbours_in_their_order(people, bruno, monkeypatch):
-    """The neighbours come from a union, in no set order: the judgement still
-    weighs the nearest first (ties by id), as an ordered query would give them,
-    whatever order the union's rows arrive in (here: reversed)."""
-    from django.db.models import QuerySet
+def test_the_judgement_reads_neighbours_in_their_order(people, bruno):
+    """The neighbours come from a union, which has no order of its own: its
+    statement orders it, so the judgement weighs the nearest first, ties by
+    id, and a neighbour whose distance is not a number last."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
     from pgvector.django import CosineDistance
 
+    from memoryhub.models import Fragment
+
     for value in ("The deploy window is Thursday evening.", "The deploy freeze starts in December.",
-                  "Our deploys go out on Thursdays.", "Deploys need two approvals.",
-                  "The staging deploy runs nightly.", "The office plants need water."):
+                  "Our deploys go out on Thursdays.", "The office plants need water."):
         fragment_write(caller=bruno, content=value)
     writer = write.Writer(tenant=bruno.tenant, user=bruno.user)
+    live = writer.live_private()
     vector = write._embed(["When is the deploy window?"])[0]
-    union = QuerySet.union
-    monkeypatch.setattr(QuerySet, "union", lambda self, *others, all=False: list(union(self, *others, all=all))[::-1])
-    found = write._judged_rows(writer, "When is the deploy window?", vector)
+    # Two at the same distance (their order is their ids'), one with no direction (a NaN distance).
+    window, freeze, thursdays, plants = live.order_by("recorded_at")
+    live.filter(pk=freeze.pk).update(embedding=thursdays.embedding)
+    live.filter(pk=plants.pk).update(embedding=[0.0] * len(vector))
+    with CaptureQueriesContext(connection) as captured:
+        found = write._judged_rows(writer, "When is the deploy window?", vector)
+    (statement,) = [entry["sql"] for entry in captured.captured_queries]
+    # The order is the whole statement's, after its last part.
+    assert statement.rsplit(")", 1)[-1].strip().startswith("ORDER BY 3 ASC, 4 ASC"), statement
+    neighbours = [row.pk for row in found[write._NEIGHBOUR]]
+    assert neighbours[-1] == plants.pk
+    tied = sorted([freeze.pk, thursdays.pk])
+    assert neighbours[neighbours.index(tied[0]):][:2] == tied
     expected = list(
-        writer.live_private().annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance", "pk").values_list("pk", flat=True)[:write.NEIGHBOURS]
+        Fragment.objects.filter(pk__in=[window.pk, freeze.pk, thursdays.pk])
+        .annotate(distance=CosineDistance("embedding", vector)).order_by("distance", "pk")
+        .values_list("pk", flat=True)
     )
-    assert [row.pk for row in found[write._NEIGHBOUR]] == expected
+    assert neighbours == [*expected, plants.pk]
     assert write._SAME not in found and write._SUBJECT not in found
 
 
