@@ -63,8 +63,13 @@ class MemberForm(forms.Form):
         set_choices(self.fields["roles"], [(name, name) for name in roles])
 
 
+# What a name may be is the services' to say (services.arguments.checked_name,
+# as for the commands and the REST API): the form only reads it.
+NAME_HELP = "Letters, digits, hyphens or underscores; a space is written as a hyphen."
+
+
 class NamedForm(forms.Form):
-    name = forms.SlugField(max_length=64, help_text="Letters, digits and hyphens.")
+    name = forms.CharField(help_text=NAME_HELP)
     description = forms.CharField(max_length=200, required=False)
 
 
@@ -79,7 +84,7 @@ class AccessRuleForm(forms.Form):
 
 
 class SourceForm(forms.Form):
-    name = forms.SlugField(max_length=64, help_text="Agents name it in `agents` to read what it contributed.")
+    name = forms.CharField(help_text=f"{NAME_HELP} Agents name it in `agents` to read what it contributed.")
     kind = forms.CharField(max_length=64, initial="documents", help_text="documents, tickets, chat…")
     collection = forms.ChoiceField(required=False, label="Default collection")
 
@@ -96,7 +101,7 @@ SCOPE_LABELS = {
 
 
 class AgentForm(forms.Form):
-    name = forms.SlugField(max_length=64, help_text="Letters, digits and hyphens; callers name it in `agents`.")
+    name = forms.CharField(help_text=f"{NAME_HELP} Callers name it in `agents`.")
     display_name = forms.CharField(max_length=200, required=False)
     scopes = forms.MultipleChoiceField(
         choices=[(scope, SCOPE_LABELS[scope]) for scope in AGENT_SCOPES],
