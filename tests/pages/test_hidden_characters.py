@@ -38,11 +38,30 @@ def test_ordinary_text_passes_unmarked(value):
 @pytest.mark.parametrize(("char", "code"), [
     ("\u200b", "U+200B"), ("\u2060", "U+2060"), ("\u2062", "U+2062"), ("\ufeff", "U+FEFF"), ("\U000e0041", "U+E0041"),
     ("\x85", "U+0085"), ("\u3164", "U+3164"), ("\u180e", "U+180E"), ("\u206e", "U+206E"), ("\ufff9", "U+FFF9"),
-    ("\U000e0101", "U+E0101"),
+    ("\U000e0101", "U+E0101"), ("\u00ad", "U+00AD"), ("\u034f", "U+034F"), ("\u17b4", "U+17B4"),
+    ("\u2028", "U+2028"), ("\u2029", "U+2029"), ("\x7f", "U+007F"), ("\x9f", "U+009F"), ("\x00", "U+0000"),
+    ("\U000e007f", "U+E007F"), ("\U000e01ef", "U+E01EF"),
 ])
 def test_characters_that_show_nothing_are_marked(char, code):
     html = rendered("{{ value|shown }}", value=f"pay{char}pal")
     assert f"[{code}]</span>" in html and char not in html
+
+
+def test_the_pattern_marks_exactly_the_characters_it_names():
+    """The one compiled pattern against the sets it is built from, over every
+    code point: its escaping and its ranges hold at both ends."""
+    import unicodedata
+
+    from memoryhub.templatetags import shown
+
+    named = shown.BIDI_CONTROLS | shown.INVISIBLE | shown.SEPARATORS
+    for code in [*range(0xD800), *range(0xE000, 0x110000)]:
+        char = chr(code)
+        expected = (char in named or code in shown.TAGS or code in shown.VARIATION_SELECTORS
+                    or (unicodedata.category(char) == "Cc" and char not in shown.KEPT))
+        assert shown.hidden_character(char) is expected, hex(code)
+    for kept in ("\u200d", "\u200c", "\ufe0f", "\U000e0080", "\U000e01f0", "-", "\t"):
+        assert not shown.hidden_character(kept)
 
 
 def test_what_is_already_escaped_is_not_escaped_again():
