@@ -86,3 +86,25 @@ def test_a_login_name_is_looked_up_as_it_is_stored(people):
     member_add(caller=admin, username="jos\u00e9", password=None)
     assert member_get(caller=admin, username="jose\u0301").user.username == "jos\u00e9"
     assert member_ensure(caller=admin, username="jose\u0301", password=None).user.username == "jos\u00e9"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_names_that_read_the_same_added_at_once_are_not_both_members(live_people):
+    """The names "ace" and "\u0430\u0441\u0435" (all Cyrillic) differ, so no unique index
+    keeps both out: the second add waits for the first to commit, then finds
+    that its name reads as a member's.
+    """
+    from memoryhub.errors import Conflict
+    from memoryhub.models import User
+    from memoryhub.services.members import member_add
+    from tests.support.concurrency import one_held_open_then_another
+
+    admin = live_people.caller(live_people.ada)
+    first, second = one_held_open_then_another(
+        lambda: member_add(caller=admin, username="ace", password=None),
+        lambda: member_add(caller=admin, username="\u0430\u0441\u0435", password=None),
+    )
+    assert isinstance(first[0], User) and first[0].username == "ace"
+    assert isinstance(second[0], Conflict) and "reads as 'ace'" in second[0].message, second
+    assert list(User.objects.filter(tenant=live_people.acme, username__in=["ace", "\u0430\u0441\u0435"])
+                .values_list("username", flat=True)) == ["ace"]

@@ -6,15 +6,20 @@ database's unique index then decides. `unique_or_conflict` turns the loser's
 unique violation into the Conflict the check would have given a moment later,
 in a savepoint, so nothing the losing request made before stays behind (an
 agent's OAuth client, for one) and the caller's transaction stays usable.
+
+Where no unique index can decide (two names that differ but read the same,
+say), `one_at_a_time` makes such requests take turns for the rest of their
+transactions.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from psycopg import errors
 
 from memoryhub.errors import Conflict
@@ -51,3 +56,19 @@ def created_once(create: Callable[[], T], *, existing: Callable[[], T | None], t
         if found is None:
             raise
         return found
+
+
+def lock_key(*parts: object) -> int:
+    """A PostgreSQL advisory lock's key for what `parts` name ("ingest",
+    a workspace, a document): 64 bits of their digest."""
+    digest = hashlib.sha256(":".join(str(part) for part in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def one_at_a_time(*parts: object) -> None:
+    """Wait for, then hold to the end of the transaction, the lock on what
+    `parts` name: requests that take it take turns, and each one's next
+    statement sees what the one before committed."""
+    assert connection.in_atomic_block, "an advisory transaction lock outside a transaction ends at once"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(*parts)])

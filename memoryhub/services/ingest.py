@@ -58,6 +58,7 @@ from memoryhub import access
 from memoryhub.errors import InvalidArgument, NotFound
 from memoryhub.models import Collection, Fragment, Resource, ResourceVersion, Source
 from memoryhub.services.arguments import checked_instant, checked_text, has_control_character
+from memoryhub.services.conflicts import one_at_a_time
 from memoryhub.services.enrichment import embedding_enqueue, enrichment_enqueue
 from memoryhub.services.indexing import fragment_context
 from memoryhub.services.write import fact_hash, subject_of
@@ -395,9 +396,7 @@ def _collection_for(source: Source, name: str | None) -> Collection:
 def _lock_document(source: Source, resource_id: str) -> None:
     """One writer per document at a time (two upserts of one new document would
     otherwise both create it)."""
-    digest = hashlib.sha256(f"ingest:{source.tenant_id}:{resource_id}".encode()).digest()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+    one_at_a_time("ingest", source.tenant_id, resource_id)
 
 
 def _resource_of_source(source: Source, resource_id: str, *, for_update: bool = False) -> Resource | None:

@@ -40,7 +40,7 @@ from memoryhub.access import ADMIN_SCOPE, Caller
 from memoryhub.errors import Conflict, InvalidArgument, NotFound
 from memoryhub.models import Membership, Tenant, User
 from memoryhub.services.arguments import name_skeleton, passes_for_another, storable
-from memoryhub.services.conflicts import unique_or_conflict
+from memoryhub.services.conflicts import one_at_a_time, unique_or_conflict
 from memoryhub.services.roles import role_create, role_get, roles_named
 
 _USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
@@ -123,6 +123,9 @@ def member_add(
             validate_email(email)
         except ValidationError:
             raise InvalidArgument(f"{email!r} is not a valid email address.", field="email") from None
+    # No index can say that two names read the same ("ada", "\u0430\u0501\u0430"): people
+    # are added to a workspace one at a time, each checked against everyone before.
+    one_at_a_time("members", tenant.pk)
     if User.objects.filter(tenant=tenant, username__iexact=username).exists():
         raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
     _refuse_a_name_that_reads_as_a_member(tenant, username)

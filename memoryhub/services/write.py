@@ -40,6 +40,7 @@ from pgvector.django import CosineDistance
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import NotFound
 from memoryhub.models import Agent, Fragment, Tenant, User
+from memoryhub.services.conflicts import lock_key
 from memoryhub.services.enrichment import enrichment_enqueue
 from memoryhub.services.indexing import fragment_context
 from memoryhub.services.privacy import privacy_explanation, privacy_findings
@@ -237,10 +238,7 @@ class Writer:
 
     @property
     def lock_key(self) -> int:
-        digest = hashlib.sha256(
-            f"{self.tenant.pk}:{'user' if self.user else 'agent'}:{(self.user or self.agent).pk}".encode()  # type: ignore[union-attr]
-        ).digest()
-        return int.from_bytes(digest[:8], "big", signed=True)
+        return lock_key(self.tenant.pk, "user" if self.user else "agent", (self.user or self.agent).pk)  # type: ignore[union-attr]
 
 
 def _embed(texts: list[str]) -> list[list[float]] | None:

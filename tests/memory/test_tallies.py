@@ -11,13 +11,11 @@ import importlib
 import io
 import threading
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
 from django.test.utils import CaptureQueriesContext
@@ -30,8 +28,8 @@ from memoryhub.models import TALLY_HOME, Fragment, FragmentTally
 from memoryhub.services import ingest, search, tallies
 from memoryhub.services.fragments import fragment_forget, fragment_write
 from memoryhub.services.portability import memory_erase
-from tests.conftest import poll
 from tests.memory.conftest import private_fragment
+from tests.support.concurrency import in_thread, one_held_open_then_another
 
 HOME = TALLY_HOME
 
@@ -367,57 +365,6 @@ def test_a_persons_search_sums_the_tallies_and_scores_as_counting_would(people, 
     assert kept == counted_  # the same ranks and, to the last bit, the same scores
 
 
-def _waiting_on_a_lock(thread_pid: list[int]) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", thread_pid)
-        row = cursor.fetchone()
-    return row is not None and row[0] == "Lock"
-
-
-def _in_thread(target) -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append(target())
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            outcome.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
-
-
-def _one_held_open_then_another(held: Callable[[], Any], then: Callable[[], Any]) -> tuple[list, list]:
-    """`held` in a transaction kept open, then `then` on another connection:
-    once `then` waits on a lock, `held` commits. Both outcomes."""
-    done, commit = threading.Event(), threading.Event()
-    pid: list[int] = []
-
-    def first() -> Any:
-        with transaction.atomic():
-            result = held()
-            done.set()
-            assert commit.wait(30)
-        return result
-
-    def second() -> Any:
-        connection.ensure_connection()
-        pid.append(connection.connection.info.backend_pid)
-        return then()
-
-    first_thread, first_outcome = _in_thread(first)
-    assert done.wait(30)
-    second_thread, second_outcome = _in_thread(second)
-    poll(lambda: pid and _waiting_on_a_lock(pid), what="the second to wait for the first")
-    commit.set()
-    first_thread.join(30)
-    second_thread.join(30)
-    return first_outcome, second_outcome
-
-
 @pytest.fixture
 def three_notes(live_people):  # type: ignore[no-untyped-def]
     """Bruno's three private notes, committed, each with its own tally row."""
@@ -441,7 +388,7 @@ def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(three
             written.set()
             assert go_on.wait(30)
 
-    writer, writer_outcome = _in_thread(open_write)
+    writer, writer_outcome = in_thread(open_write)
     assert written.wait(30)
     assert tallies.fold_tallies() == 2
     go_on.set()
@@ -451,7 +398,7 @@ def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(three
     assert FragmentTally.objects.filter(owner_user_id=people.bruno.pk).count() == 2
 
     # Two folds at once: the second waits for the first's rows, then skips them.
-    first_outcome, second_outcome = _one_held_open_then_another(tallies.fold_tallies, tallies.fold_tallies)
+    first_outcome, second_outcome = one_held_open_then_another(tallies.fold_tallies, tallies.fold_tallies)
     assert first_outcome == [1] and second_outcome == [0]
     assert FragmentTally.objects.count() == len(counted())
     assert_tallies_hold()
@@ -459,7 +406,7 @@ def test_a_fold_loses_no_change_made_while_it_runs_and_two_folds_fold_once(three
 
 @pytest.mark.django_db(transaction=True)
 def test_a_recount_waits_for_a_fold_in_flight_and_counts_each_home_once(three_notes):
-    fold_outcome, recount_outcome = _one_held_open_then_another(
+    fold_outcome, recount_outcome = one_held_open_then_another(
         tallies.fold_tallies, lambda: tallies.tallies_recount(caller=access.OPERATOR))
     assert fold_outcome == [2] and recount_outcome == [len(counted())]
     assert_tallies_hold()
