@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
+import httpx2
 import pytest
-import uvicorn
 
 from mcpapi import serving
+from tests.conftest import free_port, poll
+from tests.support.processes import spawn_uvicorn, wait_healthy
 
 
 @pytest.mark.parametrize(("cpus", "workers", "share"), [(2, 2, 1), (2, 1, 2), (8, 3, 2), (1, 4, 1), (4, 2, 2)])
@@ -17,22 +18,39 @@ def test_each_worker_gets_its_share_of_the_cores(monkeypatch, cpus: int, workers
     assert serving.cores_per_process(workers) == share
 
 
-def test_the_workers_are_started_with_their_share_unless_one_is_set(monkeypatch, tmp_path) -> None:
-    started: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: started.append(
-        {"workers": options["workers"], "share": os.environ.get(serving.CORES_PER_PROCESS)}))
-    monkeypatch.setattr(serving.os, "cpu_count", lambda: 2)
-    saved = dict(os.environ)
+def _answering(url: str, workers: int) -> dict[int, str | None]:
+    """Each worker process's share of the cores, as it reports it, once
+    requests (each on a connection of its own) have reached every worker."""
+    seen: dict[int, str | None] = {}
+
+    def every_worker_answered() -> bool:
+        answer = httpx2.get(url, timeout=5, trust_env=False).json()
+        seen[answer["pid"]] = answer["share"]
+        return len(seen) == workers
+
+    poll(every_worker_answered, timeout=120, interval=0.01, what=f"{workers} worker(s) to answer")
+    return seen
+
+
+@pytest.mark.parametrize(("workers", "preset"), [(None, None), (1, None), (None, "3")])
+def test_the_worker_processes_are_started_with_their_share_unless_one_is_set(tmp_path, workers, preset) -> None:
+    """`python -m mcpapi.serving`, run for real: one worker per core by default,
+    each told its share of the cores; one worker gets them all; a share set
+    beforehand is kept."""
+    cores = os.cpu_count() or 1
+    expected_workers = workers or cores
+    env = {key: value for key, value in os.environ.items()
+           if key not in (serving.CORES_PER_PROCESS, "MEMORYHUB_WORKERS", "PROMETHEUS_MULTIPROC_DIR")}
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)  # set: no metrics folder is made and left
+    if preset is not None:
+        env[serving.CORES_PER_PROCESS] = preset
+    port = free_port()
+    process = spawn_uvicorn("plain", "tests.support.plain_app:app", port, env, tmp_path, workers=workers)
     try:
-        for name in (serving.CORES_PER_PROCESS, "MEMORYHUB_WORKERS"):
-            os.environ.pop(name, None)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)  # set: no metrics folder is made and left
-        serving.main(["memoryhub.asgi:application"])
-        os.environ.pop(serving.CORES_PER_PROCESS)
-        serving.main(["memoryhub.asgi:application", "--workers", "1"])
-        os.environ[serving.CORES_PER_PROCESS] = "2"
-        serving.main(["memoryhub.asgi:application"])
+        wait_healthy(process, f"http://127.0.0.1:{port}")
+        shares = _answering(f"http://127.0.0.1:{port}/", expected_workers)
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    assert started == [{"workers": 2, "share": "1"}, {"workers": 1, "share": "2"}, {"workers": 2, "share": "2"}]
+        process.stop()
+    # Several workers are processes of their own; one alone is the server's.
+    assert (list(shares) == [process.pid]) if expected_workers == 1 else (process.pid not in shares)
+    assert set(shares.values()) == {preset or str(max(1, cores // expected_workers))}

@@ -52,13 +52,15 @@ class Process:
         stop_child(self.popen, grace=20)
 
 
-def spawn_uvicorn(name: str, target: str, port: int, env: dict[str, str], logs: Path) -> Process:
+def spawn_uvicorn(name: str, target: str, port: int, env: dict[str, str], logs: Path, *,
+                  workers: int | None = 1) -> Process:
+    """The server every memoryhub process runs under (deadlines for slow
+    clients), with one worker unless asked (None: its own default)."""
     log = logs / f"{name}.log"
     with open(log, "wb") as out:
-        # The server every memoryhub process runs under (deadlines for slow clients), one worker.
         popen = subprocess.Popen(
             [sys.executable, "-m", "mcpapi.serving", target, "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1"],
+             *(["--workers", str(workers)] if workers is not None else [])],
             cwd=ROOT, env={"LOG_LEVEL": "WARNING", **env}, stdout=out, stderr=subprocess.STDOUT,
         )
     return Process(name=name, popen=popen, log=log)
