@@ -69,6 +69,7 @@ def one_at_a_time(*parts: object) -> None:
     """Wait for, then hold to the end of the transaction, the lock on what
     `parts` name: requests that take it take turns, and each one's next
     statement sees what the one before committed."""
-    assert connection.in_atomic_block, "an advisory transaction lock outside a transaction ends at once"
+    if not connection.in_atomic_block:
+        raise RuntimeError("An advisory transaction lock taken outside a transaction would end at once.")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(*parts)])

@@ -123,18 +123,19 @@ def member_add(
             validate_email(email)
         except ValidationError:
             raise InvalidArgument(f"{email!r} is not a valid email address.", field="email") from None
-    # No index can say that two names read the same ("ada", "\u0430\u0501\u0430"): people
-    # are added to a workspace one at a time, each checked against everyone before.
-    one_at_a_time("members", tenant.pk)
-    if User.objects.filter(tenant=tenant, username__iexact=username).exists():
-        raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
-    _refuse_a_name_that_reads_as_a_member(tenant, username)
     user = User(username=username, email=email, tenant=tenant)
     if password is None:
         user.set_unusable_password()
     else:
         user.set_password(_validated_password(password, user))
     granted = roles_named(tenant, roles)
+    # No index can say that two names read the same ("ada", "\u0430\u0501\u0430"): people
+    # are added to a workspace one at a time (the password hashed before, not in turn),
+    # each checked against everyone added before.
+    one_at_a_time("members", tenant.pk)
+    if User.objects.filter(tenant=tenant, username__iexact=username).exists():
+        raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
+    _refuse_a_name_that_reads_as_a_member(tenant, username)
     # Someone may add the same name at the same moment: the unique index decides.
     with unique_or_conflict(Conflict(f"{username!r} is already a member of this workspace.", field="username")):
         user.save()

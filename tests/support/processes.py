@@ -49,7 +49,7 @@ class Process:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        stop_child(self.popen, grace=20)
+        stop_child(self.popen, grace=20, group=True)
 
 
 def spawn_uvicorn(name: str, target: str, port: int, env: dict[str, str], logs: Path, *,
@@ -62,6 +62,8 @@ def spawn_uvicorn(name: str, target: str, port: int, env: dict[str, str], logs: 
             [sys.executable, "-m", "mcpapi.serving", target, "--host", "127.0.0.1", "--port", str(port),
              *(["--workers", str(workers)] if workers is not None else [])],
             cwd=ROOT, env={"LOG_LEVEL": "WARNING", **env}, stdout=out, stderr=subprocess.STDOUT,
+            # Its own process group: stopping it stops its worker processes too, even killed.
+            start_new_session=True,
         )
     return Process(name=name, popen=popen, log=log)
 
