@@ -397,7 +397,9 @@ def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, 
     words = content_tokens(text)
     for neighbour in found.get(_NEIGHBOUR, ()):
         similarity = 1.0 - float(vars(neighbour)["distance"])
-        if similarity < SUPERSEDE_SIMILARITY:
+        # Nearest first, a NaN distance last: past the bound, or where no
+        # similarity can be told (an embedding with no direction), none is close.
+        if not similarity >= SUPERSEDE_SIMILARITY:
             break
         theirs = content_tokens(neighbour.value)
         if theirs == words and similarity >= MERGE_SIMILARITY:

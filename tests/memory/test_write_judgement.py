@@ -65,6 +65,18 @@ def test_judgement_table(people, bruno, existing, new, expected):
         assert old_row.retired_at is None
 
 
+def test_a_neighbour_whose_similarity_cannot_be_told_is_not_the_same_fact(people, bruno):
+    """Reordered words are the same fact only when the meanings are close: a
+    stored fact whose embedding has no direction (its cosine distance is NaN)
+    is never taken to be close, so it is not retired by word overlap alone."""
+    (old,) = fragment_write(caller=bruno, content="Chloe prefers email over Slack.").results
+    row = Fragment.objects.get(pk=old.fragment_id)
+    Fragment.objects.filter(pk=row.pk).update(embedding=[0.0] * len(row.embedding))
+    (result,) = fragment_write(caller=bruno, content="Chloe prefers Slack over email.").results
+    assert result.operation == "stored", result
+    assert Fragment.objects.get(pk=old.fragment_id).retired_at is None
+
+
 def test_it_judges_only_against_the_writers_own_memory(people, bruno):
     fragment_write(caller=people.caller(people.cleo), content="My manager is Ada.")
     (result,) = fragment_write(caller=bruno, content="My manager is Bruno.").results
