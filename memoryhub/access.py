@@ -982,7 +982,7 @@ class ReadPolicy:
         """Layer 1: the predicate every index query carries."""
         return self.rule.q()
 
-    def refusal(self, fragment: Fragment) -> str | None:
+    def refusal(self, fragment: Fragment | FragmentValues) -> str | None:
         """Layer 2: why this loaded row may not be served, or None when it may."""
         return self.rule.first_failure(fragment_facts(fragment))
 
@@ -1037,7 +1037,7 @@ def read_policy(
     )
 
 
-def fragment_facts(fragment: Fragment) -> dict[str, Any]:
+def fragment_facts(fragment: Fragment | FragmentValues) -> dict[str, Any]:
     """The row as the rule tree reads it. Load fragments with
     `with_access_facts()` so this costs no extra queries."""
     return {
@@ -1055,19 +1055,17 @@ def fragment_facts(fragment: Fragment) -> dict[str, Any]:
     }
 
 
-def _source_agent_id(fragment: Fragment) -> int | None:
-    if hasattr(fragment, "facts_source_agent_id"):  # loaded with_access_facts(prefetch=False)
+def _source_agent_id(fragment: Fragment | FragmentValues) -> int | None:
+    if isinstance(fragment, FragmentValues):  # read with_access_facts(prefetch=False)
         return fragment.facts_source_agent_id  # type: ignore[no-any-return]
     return fragment.source.agent_id if fragment.source is not None else None
 
 
-def _link_facts(fragment: Fragment) -> dict[str, Any]:
-    if hasattr(fragment, "facts_agents"):  # loaded with_access_facts(prefetch=False)
-        resources = fragment.facts_resources  # type: ignore[attr-defined]
+def _link_facts(fragment: Fragment | FragmentValues) -> dict[str, Any]:
+    if isinstance(fragment, FragmentValues):  # read with_access_facts(prefetch=False)
         return {
-            "agent_links": [{"agent_id": row["id"], "agent__kind": row["kind"]}
-                            for row in fragment.facts_agents or ()],  # type: ignore[attr-defined]
-            "resource_links": [{"resource__external_id": row["external_id"]} for row in resources or ()],
+            "agent_links": [{"agent_id": row["id"], "agent__kind": row["kind"]} for row in fragment.facts_agents or ()],
+            "resource_links": [{"resource__external_id": row["external_id"]} for row in fragment.facts_resources or ()],
         }
     return {
         "agent_links": [{"agent_id": a.pk, "agent__kind": a.kind} for a in fragment.agents.all()],
@@ -1091,13 +1089,27 @@ def with_access_facts(queryset, *, prefetch: bool = True):  # type: ignore[no-un
     prefetched. prefetch=False reads a fragment's source's agent as a value,
     and its linked agents and documents as JSON arrays of whole rows
     (`linked_rows`: facts_agents, facts_resources), in the same statement,
-    and loads no related object (far cheaper for a search's hundreds of
-    candidates; the served ones are rendered from the same rows, see
-    search)."""
+    and loads no related object: read it as values into FragmentValues (far
+    cheaper for a search's hundreds of candidates; the served ones are
+    rendered from the same rows, see search)."""
     if prefetch:
         return queryset.select_related("source__agent").prefetch_related("agents", "resources")
     return queryset.annotate(facts_source_agent_id=F("source__agent_id"), facts_agents=linked_rows("agents"),
                              facts_resources=linked_rows("resources"))
+
+
+class FragmentValues:
+    """A fragment read as values (`values_list`) with_access_facts(prefetch=False):
+    its columns and annotations as attributes, by the names it was read under
+    (`pk` too). fragment_facts reads it as it reads the model, so a read that
+    checks many rows and serves a few builds model instances for those only."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+        self.pk = values["id"]
+
+    def __getattr__(self, name: str) -> Any:  # only for a name that was not read
+        raise AttributeError(name)
 
 
 def linked_rows(name: Literal["agents", "resources"]) -> RawSQL:

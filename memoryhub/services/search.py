@@ -44,12 +44,12 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal, Protocol, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, F, Model, Value, When
+from django.db.models import Case, F, JSONField, Model, Value, When
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -79,6 +79,7 @@ from memoryhub.services.provenance import NOT_GROUNDED, Provenance, provenance_f
 
 logger = logging.getLogger("memoryhub.search")
 enforcement_logger = logging.getLogger("memoryhub.enforcement")
+M = TypeVar("M", bound=Model)
 
 
 # --------------------------------------------------------------------------- ranking configuration
@@ -164,7 +165,7 @@ ORDERING_CODE = (
     "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
     "reader_totals_sql", "_lexical_rank",
     "lexical_candidates", "_checked_rows", "_own_document",
-    "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches", "_fuse",
+    "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
     "_arrange", "is_hedged",
 )
 
@@ -569,25 +570,25 @@ def _execute(
         policy=policy, query=request.query, query_vector=query_vector, limit=request.limit, deadline=deadline,
         ranking=ranking, load_embeddings=judging, lexemes=lexemes,
     )
-    ranked = _fuse(candidates, rows, ranking, query=request.query)
+    matches = ordered_matches(candidates, ranking, query=request.query)
     abstained, abstain_reason = False, None
     floor = tenant.relevance_floor
-    best = max((hit.score for hit in ranked), default=None)
+    best = max((score for _, score, _ in matches), default=None)
     if best is not None and best < floor:
         abstained = True
         abstain_reason = (
             f"No visible fragment reached this workspace's relevance floor of {floor:g} "
             f"(the best scored {best:.3f}), so memory declined to answer rather than guess."
         )
-    ranked = [hit for hit in ranked if hit.score >= floor]
+    matches = [match for match in matches if match[1] >= floor]
     # A workspace that withholds memories whose document changed or went
     # judges every match, not only the first `limit`.
     withhold = tenant.stale_policy == Tenant.StalePolicy.WITHHOLD
     if not withhold:
-        ranked = ranked[: request.limit]
-    # What is served is rendered with its collection, source, agents and
-    # documents (the row check read them as values and arrays).
-    _with_related([hit.fragment for hit in ranked])
+        matches = matches[: request.limit]
+    # Only what may be served is built into fragments, rendered with its
+    # collection, source, agents and documents (the row check read them).
+    ranked = [Hit(fragment=_served(rows[pk]), score=score, ordering=ordering) for pk, score, ordering in matches]
     provenance = provenance_for(caller, [hit.fragment for hit in ranked], named_agent_ids=policy.named_agent_ids,
                                 audience=policy.audience, instant=as_of)
     for hit in ranked:
@@ -619,7 +620,7 @@ def _execute(
 def scored_candidates(
     *, policy: ReadPolicy, query: str, query_vector: list[float] | None, limit: int, deadline: Deadline,
     ranking: Ranking, load_embeddings: bool = False, lexemes: Sequence[str] | None = None,
-) -> tuple[dict[uuid.UUID, Candidate], dict[uuid.UUID, Fragment], list[str]]:
+) -> tuple[dict[uuid.UUID, Candidate], dict[uuid.UUID, access.FragmentValues], list[str]]:
     """Both index queries under the policy, then every candidate loaded, scored
     and checked again. Returns (candidates, rows that passed, alarmed ids).
     Run inside `index_settings()` (search_execute does); `lexemes`: the
@@ -1113,13 +1114,13 @@ def lexical_candidates(predicate, tsquery: SearchQuery, k: int, ranking: Ranking
 # --------------------------------------------------------------------------- layer 2: row check
 
 
-def row_refusal(policy: ReadPolicy, fragment: Fragment) -> str | None:
+def row_refusal(policy: ReadPolicy, row: access.FragmentValues) -> str | None:
     """Why this row may not be served (None: it may). A seam tests replace to
     prove the SQL predicate stands on its own."""
-    return policy.refusal(fragment)
+    return policy.refusal(row)
 
 
-def _partial(model: type[Model], values: dict[str, Any]) -> Model:
+def _partial(model: type[M], values: dict[str, Any]) -> M:
     """An instance of `model` with these fields loaded (any other is read from
     the database if used)."""
     names = [item.attname for item in model._meta.concrete_fields if item.attname in values]
@@ -1143,81 +1144,173 @@ def _prefetched(instance: Model, name: str, objects: list[Model]) -> None:
         **getattr(instance, "_prefetched_objects_cache", {}), name: queryset}
 
 
-def _with_related(fragments: Sequence[Fragment]) -> None:
-    """Give served fragments their collection (its name), their source (its
-    agent's name), their agents and their documents, from what the row check
-    read: rendering them sends no statement."""
-    for fragment in fragments:
-        read = vars(fragment)  # the row check's annotations
-        _prefetched(fragment, "agents", _from_json(Agent, read["facts_agents"]))
-        _prefetched(fragment, "resources", _from_json(Resource, read["facts_resources"]))
-        if fragment.collection_id is not None:
-            fragment.collection = _partial(  # type: ignore[assignment]
-                Collection, {"id": fragment.collection_id, "name": read["shown_collection_name"]})
-        if fragment.source_id is not None:
-            agent_id = read["facts_source_agent_id"]
-            source = _partial(Source, {"id": fragment.source_id, "agent_id": agent_id})
-            source.agent = _partial(Agent, {"id": agent_id, "name": read["shown_source_agent_name"]})  # type: ignore[attr-defined]
-            fragment.source = source  # type: ignore[assignment]
+def _served(row: access.FragmentValues) -> Fragment:
+    """The fragment of a row the row check passed, with its collection (its
+    name), its source (its agent's name), its agents and its documents, from
+    what the row check read: rendering it sends no statement."""
+    read = vars(row)
+    fragment = _partial(Fragment, read)
+    _prefetched(fragment, "agents", _from_json(Agent, read["facts_agents"]))
+    _prefetched(fragment, "resources", _from_json(Resource, read["facts_resources"]))
+    if fragment.collection_id is not None:
+        fragment.collection = _partial(  # type: ignore[assignment]
+            Collection, {"id": fragment.collection_id, "name": read["shown_collection_name"]})
+    if fragment.source_id is not None:
+        agent_id = read["facts_source_agent_id"]
+        source = _partial(Source, {"id": fragment.source_id, "agent_id": agent_id})
+        source.agent = _partial(Agent, {"id": agent_id, "name": read["shown_source_agent_name"]})  # type: ignore[attr-defined]
+        fragment.source = source  # type: ignore[assignment]
+    return fragment
 
 
-def _own_document(fragment: Fragment) -> int | None:
+def _own_document(row: access.FragmentValues) -> int | None:
     """A connected source's fragment's own document (the first of its linked
     resources, by id, that its source sent), for the neighbour features of
     fusion; read from the row check's linked rows."""
-    if fragment.source_id is None:
+    if row.source_id is None:
         return None
-    own = [row["id"] for row in vars(fragment)["facts_resources"] or () if row["source_id"] == fragment.source_id]
+    own = [linked["id"] for linked in row.facts_resources or () if linked["source_id"] == row.source_id]
     return min(own, default=None)
+
+
+# What the row check leaves in the database (the index queries used it).
+ROW_CHECK_DEFERRED = ("search_vector", "search_length", "context")
+
+
+@dataclass(frozen=True)
+class RowCheckStatement:
+    """The row check's statement, written once from the models' names: every
+    candidate's columns (but ROW_CHECK_DEFERRED, and the embedding unless asked
+    for), the access facts access.with_access_facts(prefetch=False) reads (its
+    source's agent, its linked agents and documents as JSON rows) and what
+    rendering a served row needs (its collection's and its source agent's
+    names), found by id (its one parameter: an array of ids). Each column has
+    its name (a FragmentValues' attribute) and its expression, which gives
+    what Django applies to a value read for it (_converters)."""
+
+    select: tuple[str, ...]
+    tables: str
+    names: tuple[str, ...]
+    expressions: tuple[Any, ...]
+
+    def with_scores(self, scores: Sequence[tuple[str, Any]]) -> tuple[str, list[Any], list[str], list[Any]]:
+        """The statement with these (name, expression over the fragment)
+        columns added: its SQL, its parameters but the ids, and every column's
+        name and expression."""
+        select, params = list(self.select), []
+        for name, expression in scores:
+            query = Fragment.objects.all().query
+            sql, expression_params = query.get_compiler(connection=connection).compile(
+                expression.resolve_expression(query))
+            select.append(f"{sql} AS {connection.ops.quote_name(name)}")
+            params += expression_params
+        return (f"SELECT {', '.join(select)} {self.tables}", params,  # noqa: S608 - our models' names
+                [*self.names, *(name for name, _ in scores)],
+                [*self.expressions, *(expression for _, expression in scores)])
+
+
+@functools.cache
+def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
+    def quote(value: str) -> str:
+        return connection.ops.quote_name(value)
+
+    def column(model: type[Model], name: str, table: str) -> str:
+        return f"{table}.{quote(str(model._meta.get_field(name).column))}"  # type: ignore[union-attr]
+
+    fragment = quote(Fragment._meta.db_table)
+    fields = [item for item in Fragment._meta.concrete_fields
+              if item.attname not in ROW_CHECK_DEFERRED and (load_embeddings or item.attname != "embedding")]
+    as_json = Value(None, output_field=JSONField())
+    select = [
+        *(f"{fragment}.{quote(str(item.column))}" for item in fields),
+        column(Source, "agent", "s"), access.linked_rows("agents").sql, access.linked_rows("resources").sql,
+        column(Collection, "name", "c"), column(Agent, "name", "a"),
+    ]
+    expressions = [
+        *(item.get_col(Fragment._meta.db_table) for item in fields),
+        Source._meta.get_field("agent").get_col("s"), as_json, as_json,  # type: ignore[union-attr]
+        Collection._meta.get_field("name").get_col("c"), Agent._meta.get_field("name").get_col("a"),  # type: ignore[union-attr]
+    ]
+    tables = (
+        f"FROM {fragment} "
+        f"LEFT JOIN {quote(Collection._meta.db_table)} AS c ON {column(Collection, 'id', 'c')} = "
+        f"{column(Fragment, 'collection', fragment)} "
+        f"LEFT JOIN {quote(Source._meta.db_table)} AS s ON {column(Source, 'id', 's')} = "
+        f"{column(Fragment, 'source', fragment)} "
+        f"LEFT JOIN {quote(Agent._meta.db_table)} AS a ON {column(Agent, 'id', 'a')} = {column(Source, 'agent', 's')} "
+        f"WHERE {column(Fragment, 'id', fragment)} = ANY(%s::uuid[])"
+    )
+    names = (*(item.attname for item in fields), "facts_source_agent_id", "facts_agents", "facts_resources",
+             "shown_collection_name", "shown_source_agent_name")
+    return RowCheckStatement(select=tuple(select), tables=tables, names=names, expressions=tuple(expressions))
+
+
+def _converters(expressions: Sequence[Any]) -> list[tuple[int, Any, list[Any]]]:
+    """What Django applies to the values read for these expressions (its
+    backend's and each field's converters: JSON, vectors), by column; columns
+    with none are left out."""
+    converters = []
+    for index, expression in enumerate(expressions):
+        found = [*connection.ops.get_db_converters(expression),
+                 *expression.output_field.get_db_converters(connection)]
+        if found:
+            converters.append((index, expression, found))
+    return converters
 
 
 def _checked_rows(
     *, policy: ReadPolicy, candidates: dict[uuid.UUID, Candidate], read_query: ReadQuery, load_embeddings: bool,
     ranking: Ranking | None = None,
-) -> tuple[dict[uuid.UUID, Fragment], list[str]]:
+) -> tuple[dict[uuid.UUID, access.FragmentValues], list[str]]:
     """Load every candidate, give it its cosine similarity (BM25's statement
     already scored every vector candidate; a ts_rank ranking scores it here),
-    and check it again."""
+    and check it again. Rows are read as values (access.FragmentValues): a
+    served one is built into a fragment afterwards (_served)."""
+    if not candidates:
+        return {}, []
     ranking = ranking or RANKING
-    # Related objects are not built for every candidate: what rendering the
-    # served ones needs comes as values (_with_related).
-    queryset = access.with_access_facts(Fragment.objects.filter(pk__in=list(candidates)), prefetch=False) \
-        .annotate(shown_collection_name=F("collection__name"), shown_source_agent_name=F("source__agent__name"))
+    scores: list[tuple[str, Any]] = []
     if read_query.vector is not None:
-        queryset = queryset.annotate(distance=CosineDistance("embedding", read_query.vector))
+        scores.append(("distance", CosineDistance("embedding", read_query.vector)))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
-        queryset = queryset.annotate(lexical=_lexical_rank(read_query.tsquery, ranking))
-    # What the index queries already used stays in the database.
-    queryset = queryset.defer("search_vector", "search_length", "context")
-    if not load_embeddings:
-        queryset = queryset.defer("embedding")
-    rows: dict[uuid.UUID, Fragment] = {}
+        scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
+    sql, params, names, expressions = row_check_statement(load_embeddings).with_scores(scores)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, list(candidates)])
+        fetched = cursor.fetchall()
+    converters = _converters(expressions)
+    rows: dict[uuid.UUID, access.FragmentValues] = {}
     alarms = []
     lowers_asking = ranking.fusion == "weighted" and bool(ranking.asking_weight)
-    for fragment in queryset:
-        refusal = row_refusal(policy, fragment)
+    for read in fetched:
+        values = list(read)
+        for index, expression, functions in converters:
+            for function in functions:
+                values[index] = function(values[index], expression, connection)
+        row = access.FragmentValues(dict(zip(names, values, strict=True)))
+        refusal = row_refusal(policy, row)
         if refusal is None:
-            rows[fragment.pk] = fragment
-            candidate = candidates[fragment.pk]
-            distance = getattr(fragment, "distance", None)
+            rows[row.pk] = row
+            candidate = candidates[row.pk]
+            distance = getattr(row, "distance", None)
             candidate.vector_similarity = None if distance is None else 1.0 - float(distance)
             if ranking.lexical_ranker != "bm25":
-                candidate.lexical_score = float(getattr(fragment, "lexical", 0.0) or 0.0)
-            document = _own_document(fragment) if fragment.position is not None else None
+                candidate.lexical_score = float(getattr(row, "lexical", 0.0) or 0.0)
+            document = _own_document(row) if row.position is not None else None
             if document is not None:
-                candidate.document, candidate.position = document, fragment.position
+                candidate.document, candidate.position = document, row.position
                 # Read only where fusion uses it (a document's fragment, see fuse_scores).
                 if lowers_asking:
-                    candidate.asking = asking_share(fragment.value)
+                    candidate.asking = asking_share(row.value)
             continue
-        alarms.append(str(fragment.pk))
+        alarms.append(str(row.pk))
         ENFORCEMENT_ALARMS.inc()
         enforcement_logger.warning(
             "row check refused a fragment the index query returned: tenant=%s fragment=%s reader=%s:%s reason=%s",
-            policy.caller.tenant.pk, fragment.pk, policy.caller.kind, policy.caller.subject, refusal,
+            policy.caller.tenant.pk, row.pk, policy.caller.kind, policy.caller.subject, refusal,
         )
         EnforcementAlarm.objects.create(
-            tenant=policy.caller.tenant, fragment_id=fragment.pk, subject=policy.caller.subject[:255],
+            tenant=policy.caller.tenant, fragment_id=row.pk, subject=policy.caller.subject[:255],
             principal_kind=policy.caller.kind, reason=refusal[:200],
         )
     return rows, alarms
@@ -1343,12 +1436,6 @@ def ordered_matches(candidates: dict[uuid.UUID, Candidate], ranking: Ranking, *,
     # Ties broken by id: the same rules, data and instant give the same order.
     matched = (pk for pk, score in scores.items() if is_match(candidates[pk], score))
     return [(pk, scores[pk], order[pk]) for pk in sorted(matched, key=lambda pk: (-order[pk], str(pk)))]
-
-
-def _fuse(candidates: dict[uuid.UUID, Candidate], rows: dict[uuid.UUID, Fragment], ranking: Ranking, *,
-          query: str) -> list[Hit]:
-    return [Hit(fragment=rows[pk], score=score, ordering=ordering)
-            for pk, score, ordering in ordered_matches(candidates, ranking, query=query)]
 
 
 _WORD = re.compile(r"[\w'-]+")
