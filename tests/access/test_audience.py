@@ -41,3 +41,26 @@ def test_a_caller_holding_no_role_has_an_empty_audience_either_way(people):
     caller = access.caller_for_user(user=loner)
     assert _through_sql(caller) == access.role_audience(caller) == access.Audience((), frozenset())
     assert access.role_audience_sql(system) is None
+
+
+def test_the_audience_statement_is_compiled_once_per_caller_and_read_afresh_each_time(people):
+    """Its SQL is kept per caller (ids only); the roles it finds are the ones held when it runs."""
+    system = access.system_caller(tenant=people.acme)
+    carol = access.caller_for_user(user=people.carol)
+    agent = access.caller_for_agent(agent=people.triage_bot.agent)
+    for caller in (carol, agent):
+        fresh_sql, fresh_params = access._held_roles(caller).query.sql_with_params()
+        kept = access._held_roles_sql(caller.tenant.pk, access._pk(caller.user), access._pk(caller.agent))
+        assert kept == (fresh_sql, tuple(fresh_params))
+    hits = access._held_roles_sql.cache_info().hits
+    before = _through_sql(carol)
+    assert access._held_roles_sql.cache_info().hits == hits + 1
+    assert before.role_names == ("sales",)
+
+    roles.role_create(caller=system, name="observers")
+    members.member_role_add(caller=system, role="observers", username="carol")
+    assert _through_sql(access.caller_for_user(user=people.carol)).role_names == ("observers", "sales")
+    members.member_role_remove(caller=system, role="sales", username="carol")
+    after = _through_sql(access.caller_for_user(user=people.carol))
+    assert after.role_names == ("observers",) and not after.collection_ids
+    assert access._held_roles_sql.cache_info().hits == hits + 3
