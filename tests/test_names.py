@@ -108,3 +108,24 @@ def test_two_names_that_read_the_same_added_at_once_are_not_both_members(live_pe
     assert isinstance(second[0], Conflict) and "reads as 'ace'" in second[0].message, second
     assert list(User.objects.filter(tenant=live_people.acme, username__in=["ace", "\u0430\u0441\u0435"])
                 .values_list("username", flat=True)) == ["ace"]
+
+
+@pytest.mark.parametrize("name", ["bruno", "BRUNO", "\u0430da"])
+def test_a_taken_name_is_refused_before_its_password_is_judged(people, name):
+    """Adding a member again says the name is taken (or reads as a member's),
+    not that the password is too weak: the name is checked before the password
+    is validated and hashed, and checked again in the workspace's turn."""
+    from memoryhub.errors import Conflict, InvalidArgument
+    from memoryhub.models import User
+    from memoryhub.services.members import member_add
+
+    admin = people.caller(people.ada)
+    before = User.objects.count()
+    with pytest.raises((Conflict, InvalidArgument)) as refused:
+        member_add(caller=admin, username=name, password="x")
+    assert refused.value.field == "username", refused.value.message
+    assert "password" not in refused.value.message
+    assert User.objects.count() == before
+    with pytest.raises(InvalidArgument) as weak:  # a free name: the password is judged
+        member_add(caller=admin, username="newcomer", password="x")
+    assert weak.value.field == "password"

@@ -123,6 +123,9 @@ def member_add(
             validate_email(email)
         except ValidationError:
             raise InvalidArgument(f"{email!r} is not a valid email address.", field="email") from None
+    # A name already taken is refused before the password is checked and hashed
+    # (a deliberately slow hash, for nothing), and again in the workspace's turn.
+    _refuse_a_taken_name(tenant, username)
     user = User(username=username, email=email, tenant=tenant)
     if password is None:
         user.set_unusable_password()
@@ -133,15 +136,19 @@ def member_add(
     # are added to a workspace one at a time (the password hashed before, not in turn),
     # each checked against everyone added before.
     one_at_a_time("members", tenant.pk)
-    if User.objects.filter(tenant=tenant, username__iexact=username).exists():
-        raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
-    _refuse_a_name_that_reads_as_a_member(tenant, username)
+    _refuse_a_taken_name(tenant, username)
     # Someone may add the same name at the same moment: the unique index decides.
     with unique_or_conflict(Conflict(f"{username!r} is already a member of this workspace.", field="username")):
         user.save()
     membership = Membership.objects.create(tenant=tenant, user=user, is_admin=is_admin)
     membership.roles.set(granted)
     return user
+
+
+def _refuse_a_taken_name(tenant: Tenant, username: str) -> None:
+    if User.objects.filter(tenant=tenant, username__iexact=username).exists():
+        raise Conflict(f"{username!r} is already a member of this workspace.", field="username")
+    _refuse_a_name_that_reads_as_a_member(tenant, username)
 
 
 @transaction.atomic
