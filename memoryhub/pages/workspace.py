@@ -197,11 +197,11 @@ def collection_change(request: SignedInRequest, collection_id: int, action: str)
     try:
         if action == "rename":
             renamed = collections.collection_rename(caller=caller, collection_id=collection_id,
-                                                    name=request.POST.get("name", "")[:200])
+                                                    name=request.POST.get("name", ""))
             messages.success(request, f"Renamed to {renamed.name}. Connectors must send the new name.")
         elif action == "retire":
             retired = collections.collection_retire_fragments(caller=caller, collection_id=collection_id,
-                                                              confirm=request.POST.get("confirm", "")[:200])
+                                                              confirm=request.POST.get("confirm", ""))
             messages.success(request, f"Retired {retired} fragment{'s' if retired != 1 else ''}: reads of now no "
                                       "longer see them; reads of the past still do.")
         elif action == "delete":

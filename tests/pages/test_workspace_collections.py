@@ -91,3 +91,28 @@ def test_a_retired_collections_documents_come_back_when_sent_again(people):
     signed_in(people.ada).post(f"/workspace/collections/{runbooks.pk}/retire/", {"confirm": "runbooks"})
     again = send()
     assert again.status == "created" and again.added == 1  # not "unchanged" with nothing live
+
+
+def test_a_rename_is_judged_on_the_whole_name_sent(people):
+    """The page hands the service the name as posted: 64 characters are kept,
+    a longer one is refused with its own length, a NUL byte is a bad request,
+    and a refused rename changes nothing."""
+    from memoryhub.services.collections import COLLECTION_NAME_MAX_CHARS
+
+    admin = signed_in(people.ada)
+    runbooks = Collection.objects.get(tenant=people.acme, name="runbooks")
+    url = f"/workspace/collections/{runbooks.pk}/rename/"
+    for sent, why in [("r" * (COLLECTION_NAME_MAX_CHARS + 1), f"is {COLLECTION_NAME_MAX_CHARS + 1} characters long"),
+                      ("r" * 5000, "is 5000 characters long")]:
+        page = admin.post(url, {"name": sent}, follow=True)
+        assert page.status_code == 200
+        assert why in page.content.decode(), why
+        assert Collection.objects.get(pk=runbooks.pk).name == "runbooks"
+    assert admin.post(url, {"name": "run\x00books"}).status_code == 400
+    assert Collection.objects.get(pk=runbooks.pk).name == "runbooks"
+    admin.post(url, {"name": "r" * COLLECTION_NAME_MAX_CHARS})
+    assert Collection.objects.get(pk=runbooks.pk).name == "r" * COLLECTION_NAME_MAX_CHARS
+    # Retiring compares the whole confirmation typed, however long.
+    page = admin.post(f"/workspace/collections/{runbooks.pk}/retire/",
+                      {"confirm": "r" * COLLECTION_NAME_MAX_CHARS + "r" * 300}, follow=True).content.decode()
+    assert "Type " in page and "exactly" in page
