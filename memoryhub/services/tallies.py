@@ -27,19 +27,18 @@ from memoryhub.models import TALLY_HOME, Fragment, FragmentTally, home_name
 
 FOLD_TASK = "memoryhub.tasks.fold_tallies"
 
-_HOME = TALLY_HOME
 _FIGURES = ("fragments", "words", "measured")
 # Each home's live fragments, counted: what its tallies must sum to.
-_COUNTED = (f"SELECT {', '.join(_HOME)}, count(*) AS fragments, coalesce(sum(search_length), 0) AS words, "  # noqa: S608
+_COUNTED = (f"SELECT {', '.join(TALLY_HOME)}, count(*) AS fragments, coalesce(sum(search_length), 0) AS words, "  # noqa: S608
             f"count(search_length) AS measured FROM {Fragment._meta.db_table} WHERE retired_at IS NULL "
-            f"GROUP BY {', '.join(_HOME)}")
+            f"GROUP BY {', '.join(TALLY_HOME)}")
 
 
 def _same_home(left: str, right: str) -> str:
     # A home has exactly one of its three ids; ids are positive, so 0 stands for
     # "none" and the comparison is a plain (hashable) equality.
     return " AND ".join(f"coalesce({left}.{name}, 0) = coalesce({right}.{name}, 0)" if name != "tenant_id"
-                        else f"{left}.{name} = {right}.{name}" for name in _HOME)
+                        else f"{left}.{name} = {right}.{name}" for name in TALLY_HOME)
 
 
 def fold_tallies() -> int:
@@ -51,7 +50,7 @@ def fold_tallies() -> int:
     and stay as they are. Two folds at once fold each row once: the second
     skips the rows the first deleted, and adds nothing for them."""
     table = FragmentTally._meta.db_table
-    home = ", ".join(_HOME)
+    home = ", ".join(TALLY_HOME)
     sums = ", ".join(f"sum({name})" for name in _FIGURES)
     some = " OR ".join(f"sum({name}) <> 0" for name in _FIGURES)
     with connection.cursor() as cursor:
@@ -60,7 +59,7 @@ def fold_tallies() -> int:
                 SELECT {home} FROM {table} GROUP BY {home} HAVING count(*) > 1 OR NOT ({some})
             ), folded AS (
                 DELETE FROM {table} AS t USING crowded AS c WHERE {_same_home("t", "c")}
-                RETURNING {", ".join(f"t.{name}" for name in (*_HOME, *_FIGURES))}
+                RETURNING {", ".join(f"t.{name}" for name in (*TALLY_HOME, *_FIGURES))}
             ), kept AS (
                 INSERT INTO {table} ({home}, {", ".join(_FIGURES)})
                 SELECT {home}, {sums} FROM folded GROUP BY {home} HAVING {some}
@@ -75,7 +74,7 @@ def tallies_unfolded(*, older_than: dt.timedelta) -> int:
     """How many homes hold tally rows that have waited longer than
     `older_than` to be folded: searches slow down as they pile up (the beat
     folds them; `/readyz` asks this)."""
-    home = ", ".join(_HOME)
+    home = ", ".join(TALLY_HOME)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM {FragmentTally._meta.db_table} GROUP BY {home} "  # noqa: S608
                        f"HAVING count(*) > 1 AND min(added_at) < now() - %s * interval '1 second') AS waiting",
@@ -98,13 +97,13 @@ def tallies_drift(*, caller: Operator) -> list[Drift]:
     triggers saw every change). One statement, over the whole table."""
     access.require_operator(caller)
     table = FragmentTally._meta.db_table
-    home = ", ".join(_HOME)
+    home = ", ".join(TALLY_HOME)
     with connection.cursor() as cursor:
         cursor.execute(f"""
             WITH counted AS ({_COUNTED}),
                  tallied AS (SELECT {home}, {", ".join(f"sum({name}) AS {name}" for name in _FIGURES)}
                                FROM {table} GROUP BY {home})
-            SELECT {", ".join(f"coalesce(c.{name}, t.{name})" for name in _HOME)},
+            SELECT {", ".join(f"coalesce(c.{name}, t.{name})" for name in TALLY_HOME)},
                    ARRAY[{", ".join(f"c.{name}" for name in _FIGURES)}],
                    ARRAY[{", ".join(f"t.{name}" for name in _FIGURES)}]
               FROM counted AS c FULL JOIN tallied AS t ON {_same_home("c", "t")}
@@ -135,5 +134,5 @@ def tallies_recount(*, caller: Operator) -> int:
         cursor.execute(f"LOCK TABLE {Fragment._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
         cursor.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
         cursor.execute(f"DELETE FROM {table}")  # noqa: S608
-        cursor.execute(f"INSERT INTO {table} ({', '.join((*_HOME, *_FIGURES))}) {_COUNTED}")  # noqa: S608
+        cursor.execute(f"INSERT INTO {table} ({', '.join((*TALLY_HOME, *_FIGURES))}) {_COUNTED}")  # noqa: S608
         return cursor.rowcount
