@@ -1107,9 +1107,10 @@ def with_access_facts(queryset, *, prefetch: bool = True):  # type: ignore[no-un
     prefetched. prefetch=False reads a fragment's source's agent as a value,
     and its linked agents and documents as JSON arrays of whole rows
     (`linked_rows`: facts_agents, facts_resources), in the same statement,
-    and loads no related object: read it as values into FragmentValues (far
-    cheaper for a search's hundreds of candidates; the served ones are
-    rendered from the same rows, see search)."""
+    and loads no related object: read it as values into FragmentValues, which
+    fragment_facts reads from those names (a model instance read this way is
+    read through its relations instead, a statement each). Search's row check
+    reads the same names in a statement of its own (search.row_check_statement)."""
     if prefetch:
         return queryset.select_related("source__agent").prefetch_related("agents", "resources")
     return queryset.annotate(facts_source_agent_id=F("source__agent_id"), facts_agents=linked_rows("agents"),
@@ -1117,16 +1118,19 @@ def with_access_facts(queryset, *, prefetch: bool = True):  # type: ignore[no-un
 
 
 class FragmentValues:
-    """A fragment read as values (`values_list`) with_access_facts(prefetch=False):
-    its columns and annotations as attributes, by the names it was read under
-    (`pk` too). fragment_facts reads it as it reads the model, so a read that
-    checks many rows and serves a few builds model instances for those only."""
+    """A fragment read as values: its columns by their attribute names, `pk`,
+    and its access facts as with_access_facts(prefetch=False) names them
+    (facts_source_agent_id, facts_agents, facts_resources). fragment_facts
+    reads it as it reads the model, so a read that checks many rows and serves
+    a few (search's row check) builds model instances for those only."""
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)
         self.pk = values["id"]
 
-    def __getattr__(self, name: str) -> Any:  # only for a name that was not read
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for a name that was not read; declared so that type
+        # checkers accept reading the columns as attributes.
         raise AttributeError(name)
 
 

@@ -164,7 +164,8 @@ ORDERING_CODE = (
     "candidate_pool", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes", "tsquery_for",
     "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
     "reader_totals_sql", "_lexical_rank",
-    "lexical_candidates", "_checked_rows", "_own_document",
+    "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_checked_rows",
+    "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
     "_arrange", "is_hedged",
 )
@@ -1194,9 +1195,10 @@ class RowCheckStatement:
     expressions: tuple[Any, ...]
 
     def with_scores(self, scores: Sequence[tuple[str, Any]]) -> tuple[str, list[Any], list[str], list[Any]]:
-        """The statement with these (name, expression over the fragment)
-        columns added: its SQL, its parameters but the ids, and every column's
-        name and expression."""
+        """The statement with these (name, expression over the fragment's own
+        columns: the statement's FROM has no join for it) columns added: its
+        SQL, its parameters but the ids, and every column's name and
+        expression."""
         select, params = list(self.select), []
         for name, expression in scores:
             query = Fragment.objects.all().query
@@ -1247,12 +1249,11 @@ def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
 
 def _converters(expressions: Sequence[Any]) -> list[tuple[int, Any, list[Any]]]:
     """What Django applies to the values read for these expressions (its
-    backend's and each field's converters: JSON, vectors), by column; columns
-    with none are left out."""
+    backend's and each expression's own, as its compiler gathers them: JSON,
+    vectors), by column; columns with none are left out."""
     converters = []
     for index, expression in enumerate(expressions):
-        found = [*connection.ops.get_db_converters(expression),
-                 *expression.output_field.get_db_converters(connection)]
+        found = [*connection.ops.get_db_converters(expression), *expression.get_db_converters(connection)]
         if found:
             converters.append((index, expression, found))
     return converters

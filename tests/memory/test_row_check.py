@@ -47,7 +47,9 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
     agents = private_fragment(bot, "The bot's own note on the gateway log.",
                               created_at=timezone.now() - dt.timedelta(days=3))
     mine = private_fragment(people.caller(people.bruno), "My gateway log note", embed=False)
-    pks = [*(turn.pk for turn in turns), shared.pk, agents.pk, mine.pk]
+    # Ada's own memory: no collection, no source, no linked row.
+    own = private_fragment(people.caller(people.ada), "Ada's gateway log reminder.", embed=False)
+    pks = [*(turn.pk for turn in turns), shared.pk, agents.pk, mine.pk, own.pk]
     vector, embedding = get_embedder().embed(["gateway log", shared.value])
     Fragment.objects.filter(pk=shared.pk).update(embedding=embedding, embedded_at=timezone.now())
     read_query = search.ReadQuery(text="gateway log", vector=vector, tsquery=None)
@@ -58,12 +60,16 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
                                             load_embeddings=load_embeddings)
         # Ada may not read the bot's or Bruno's private memory: refused by the check, with an alarm each.
         assert set(alarms) == {str(agents.pk), str(mine.pk)}
-        assert set(rows) == {*(turn.pk for turn in turns), shared.pk}
+        assert set(rows) == {*(turn.pk for turn in turns), shared.pk, own.pk}
 
+        # Every column of the fragment but those the index queries used (and
+        # the embedding unless asked for), and what the check and rendering read.
         names = [name for name in vars(rows[shared.pk]) if name != "pk"]
-        assert ("embedding" in names) is load_embeddings
-        assert {"facts_agents", "facts_resources", "facts_source_agent_id", "distance", "value",
-                "grounded_versions", "recorded_at"} <= set(names)
+        columns = [item.attname for item in Fragment._meta.concrete_fields
+                   if item.attname not in search.ROW_CHECK_DEFERRED
+                   and (load_embeddings or item.attname != "embedding")]
+        assert names == [*columns, "facts_source_agent_id", "facts_agents", "facts_resources",
+                         "shown_collection_name", "shown_source_agent_name", "distance"]
         expected = _orm_values(list(rows), [name for name in names if name != "id"], vector)
         for pk, row in rows.items():
             for name in names:
@@ -92,6 +98,30 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
                             [agent.name for agent in stored.agents.order_by("pk")],
                             [resource.external_id for resource in stored.resources.order_by("pk")])
         assert fragment.value == stored.value and fragment.created_at == stored.created_at
+        with django_assert_num_queries(0):
+            alone = search._served(rows[own.pk])
+            assert (alone.collection, alone.source, list(alone.agents.all()), list(alone.resources.all())) == (
+                None, None, [], [])
+        assert rows[own.pk].facts_agents is None and rows[own.pk].shown_collection_name is None
+
+
+def test_a_ts_rank_ranking_reads_its_score_in_the_row_check(people, shared_fragment):
+    """A ranking that is not BM25 scores each candidate's words in the row
+    check's statement: the same score the ORM gives."""
+    from dataclasses import replace
+
+    texts = ["Rotate the gateway log weekly.", "The gateway is in rack four.", "Nothing about it."]
+    pks = [shared_fragment(text).pk for text in texts]
+    ranking = replace(search.RANKING, lexical_ranker="ts_rank")
+    read_query = search.read_query_for("gateway log", None, ranking)
+    policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
+    rows, _ = search._checked_rows(policy=policy, candidates=_candidates(pks), read_query=read_query,
+                                   load_embeddings=False, ranking=ranking)
+    expected = dict(Fragment.objects.filter(pk__in=pks).annotate(
+        lexical=search._lexical_rank(read_query.tsquery, ranking)).values_list("pk", "lexical"))
+    assert {pk: row.lexical for pk, row in rows.items()} == expected
+    assert expected[pks[0]] > expected[pks[1]] > 0.01 > expected[pks[2]]  # both words, one, none
+    assert all(not hasattr(row, "distance") for row in rows.values())
 
 
 def test_the_row_check_is_one_statement_whatever_the_number_of_candidates_and_none_for_none(people, shared_fragment,

@@ -31,21 +31,19 @@ from memoryhub.services.portability import memory_erase
 from tests.memory.conftest import private_fragment
 from tests.support.concurrency import in_thread, one_held_open_then_another
 
-HOME = TALLY_HOME
-
 
 def counted() -> dict[tuple, tuple[int, int, int]]:
     """Each home's live fragments, counted from the fragment table."""
-    rows = (Fragment.objects.filter(retired_at__isnull=True).values(*HOME)
+    rows = (Fragment.objects.filter(retired_at__isnull=True).values(*TALLY_HOME)
             .annotate(n=Count("pk"), words=Coalesce(Sum("search_length"), 0), measured=Count("search_length")))
-    return {tuple(row[name] for name in HOME): (row["n"], row["words"], row["measured"]) for row in rows}
+    return {tuple(row[name] for name in TALLY_HOME): (row["n"], row["words"], row["measured"]) for row in rows}
 
 
 def tallied() -> dict[tuple, tuple[int, int, int]]:
     """Each home's figures, summed from its tally rows (homes that sum to nothing left out)."""
-    rows = FragmentTally.objects.values(*HOME).annotate(n=Sum("fragments"), words=Sum("words"),
+    rows = FragmentTally.objects.values(*TALLY_HOME).annotate(n=Sum("fragments"), words=Sum("words"),
                                                          measured=Sum("measured"))
-    sums = {tuple(row[name] for name in HOME): (row["n"], row["words"], row["measured"]) for row in rows}
+    sums = {tuple(row[name] for name in TALLY_HOME): (row["n"], row["words"], row["measured"]) for row in rows}
     return {home: figures for home, figures in sums.items() if figures != (0, 0, 0)}
 
 
