@@ -8,7 +8,8 @@ search under the same visibility filter.
 
 For each size:
 * search: memory_search end to end (query embedding, role lookup, both index
-  queries under the visibility predicate, row check, fusion, receipt, commit);
+  queries under the visibility predicate, row check, fusion, receipt, commit),
+  and the mean time per search in each of the product's search phases;
 * floor: the query embedding alone; bare pgvector top-10 (no filter); bare
   full-text top-10 (no filter, no cap, the product's OR query and ts_rank);
 * the product's two index queries alone, under the visibility predicate
@@ -189,6 +190,18 @@ def build(size: int, corpus: Corpus, rebuild: bool) -> None:
           flush=True)
 
 
+def phase_seconds() -> dict[str, float]:
+    """The search phase timers' totals so far (observability.SEARCH_PHASE_SECONDS), by phase."""
+    from prometheus_client import REGISTRY
+
+    totals = {}
+    for metric in REGISTRY.collect():
+        if metric.name == "memoryhub_search_phase_seconds":
+            totals = {sample.labels["phase"]: sample.value for sample in metric.samples
+                      if sample.name.endswith("_sum")}
+    return totals
+
+
 def run(size: int, queries: list[str], rng: random.Random) -> dict:
     from django.db import connection, transaction
     from django.db.models import ExpressionWrapper, F, FloatField
@@ -219,9 +232,14 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
 
     result: dict = {"fragments": size, "queries": len(queries)}
     samples = []
+    before = phase_seconds()
     for query, caller in zip(queries, readers, strict=True):
         samples += timed(lambda q=query, c=caller: memory_search(c, q), 1)
     result["search"] = summary(samples)
+    # Where those searches spent their time, by the product's own phase timers.
+    result["search_phases_mean_ms"] = {
+        name: round((seconds - before.get(name, 0.0)) * 1000 / len(queries), 2)
+        for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
 
     vectors = embedder.embed(queries)
     result["floor_query_embedding"] = summary(

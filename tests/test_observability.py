@@ -62,7 +62,7 @@ def test_the_counts_move_with_traffic(live_people, asgi_server):
     assert moved('memoryhub_token_verifications_total{outcome="valid"}') == 1
     assert moved('memoryhub_token_verifications_total{outcome="invalid"}') == 1
     assert moved('memoryhub_mcp_requests_total{endpoint="/mcp",status="401"}') == 1
-    for step in ("embedding", "index_query", "row_check", "receipt"):
+    for step in ("embedding", "prologue", "index_query", "row_check", "serving", "receipt"):
         assert moved(f'memoryhub_search_phase_seconds_count{{phase="{step}"}}') == 1, step
     assert moved('memoryhub_http_seconds_count{group="accounts",status="200"}') >= 1
     assert "memoryhub_pending_enrichment{}" in after and "memoryhub_task_queue_depth{}" in after

@@ -589,9 +589,12 @@ def _execute(
         matches = matches[: request.limit]
     # Only what may be served is built into fragments, rendered with its
     # collection, source, agents and documents (the row check read them).
-    ranked = [Hit(fragment=_served(rows[pk]), score=score, ordering=ordering) for pk, score, ordering in matches]
-    provenance = provenance_for(caller, [hit.fragment for hit in ranked], named_agent_ids=policy.named_agent_ids,
-                                audience=policy.audience, instant=as_of)
+    with phase("serving"):
+        ranked = [Hit(fragment=_served(rows[pk]), score=score, ordering=ordering)
+                  for pk, score, ordering in matches]
+        provenance = provenance_for(caller, [hit.fragment for hit in ranked],
+                                    named_agent_ids=policy.named_agent_ids, audience=policy.audience,
+                                    instant=as_of)
     for hit in ranked:
         hit.provenance = provenance[hit.fragment.pk]
     withheld = False
@@ -696,7 +699,7 @@ class index_settings:
             params.append(self.tenant.pk)
         if not columns:
             return self
-        with connection.cursor() as cursor:
+        with phase("prologue"), connection.cursor() as cursor:
             cursor.execute("SELECT " + ", ".join(columns), params)
             rest = list(cursor.fetchone())
         if self.nested:
