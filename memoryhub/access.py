@@ -72,8 +72,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from django.contrib.postgres.expressions import ArraySubquery
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import connection
-from django.db.models import Exists, F, JSONField, Model, OuterRef, Q, QuerySet
-from django.db.models.expressions import RawSQL
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
@@ -630,7 +629,9 @@ def role_audience(caller: Caller) -> Audience:
     in one statement."""
     if caller.kind == "system":
         return Audience(role_names=(), collection_ids=frozenset())
-    return _audience_of_rows(list(_held_roles(caller)))
+    with connection.cursor() as cursor:
+        cursor.execute(*_held_roles_sql(caller.tenant.pk, _pk(caller.user), _pk(caller.agent)))
+        return _audience_of_rows([(name, opened or []) for name, opened in cursor.fetchall()])
 
 
 def role_audience_sql(caller: Caller) -> tuple[str, list[Any]] | None:
@@ -651,17 +652,13 @@ def audience_of(value: str | list[Any]) -> Audience:
     return _audience_of_rows([(name, opened or []) for name, opened in rows])
 
 
-def _held_roles(caller: Caller):  # type: ignore[no-untyped-def]
-    """The caller's roles as (name, ids of the collections its access rules open)."""
-    return _roles_held(caller.tenant.pk, _pk(caller.user), _pk(caller.agent))
-
-
 def _pk(instance: Model | None) -> Any:
     return instance.pk if instance is not None else None
 
 
-def _roles_held(tenant_id: uuid.UUID, user_id: int | None, agent_id: int | None):  # type: ignore[no-untyped-def]
-    """_held_roles by the ids it is decided by: the person's, or else the agent's."""
+def _held_roles(tenant_id: uuid.UUID, user_id: int | None, agent_id: int | None):  # type: ignore[no-untyped-def]
+    """A caller's roles as (name, ids of the collections its access rules
+    open), by the ids they are decided by: the person's, or else the agent's."""
     if user_id is not None:
         roles = Role.objects.filter(tenant_id=tenant_id, memberships__user_id=user_id,
                                     memberships__tenant_id=tenant_id)
@@ -674,10 +671,11 @@ def _roles_held(tenant_id: uuid.UUID, user_id: int | None, agent_id: int | None)
 
 @functools.lru_cache(maxsize=4096)
 def _held_roles_sql(tenant_id: uuid.UUID, user_id: int | None, agent_id: int | None) -> tuple[str, tuple[Any, ...]]:
-    """_roles_held's statement, compiled once per caller and kept (it holds
-    nothing but these ids: what it reads is read when it runs). Compiling it
-    took about a millisecond of every search."""
-    sql, params = _roles_held(tenant_id, user_id, agent_id).query.sql_with_params()
+    """_held_roles' statement, compiled once per caller and kept (it holds
+    nothing but these ids: what it reads is read when it runs), for
+    role_audience and role_audience_sql alike. Compiling it took about a
+    millisecond of every search."""
+    sql, params = _held_roles(tenant_id, user_id, agent_id).query.sql_with_params()
     return sql, tuple(params)
 
 
@@ -1057,7 +1055,8 @@ def read_policy(
 
 def fragment_facts(fragment: Fragment | FragmentValues) -> dict[str, Any]:
     """The row as the rule tree reads it. Load fragments with
-    `with_access_facts()` so this costs no extra queries."""
+    `with_access_facts()`, or read them as values with `fact_columns`, so
+    this costs no extra queries."""
     return {
         "pk": fragment.pk,
         "tenant_id": fragment.tenant_id,
@@ -1074,13 +1073,13 @@ def fragment_facts(fragment: Fragment | FragmentValues) -> dict[str, Any]:
 
 
 def _source_agent_id(fragment: Fragment | FragmentValues) -> int | None:
-    if isinstance(fragment, FragmentValues):  # read with_access_facts(prefetch=False)
+    if isinstance(fragment, FragmentValues):  # read with fact_columns
         return fragment.facts_source_agent_id  # type: ignore[no-any-return]
     return fragment.source.agent_id if fragment.source is not None else None
 
 
 def _link_facts(fragment: Fragment | FragmentValues) -> dict[str, Any]:
-    if isinstance(fragment, FragmentValues):  # read with_access_facts(prefetch=False)
+    if isinstance(fragment, FragmentValues):  # read with fact_columns
         return {
             "agent_links": [{"agent_id": row["id"], "agent__kind": row["kind"]} for row in fragment.facts_agents or ()],
             "resource_links": [{"resource__external_id": row["external_id"]} for row in fragment.facts_resources or ()],
@@ -1102,25 +1101,27 @@ def _collection_facts(collection: Collection, instant: dt.datetime) -> dict[str,
     }
 
 
-def with_access_facts(queryset, *, prefetch: bool = True):  # type: ignore[no-untyped-def]
-    """`queryset` with what `fragment_facts` reads, in the same statement or
-    prefetched. prefetch=False reads a fragment's source's agent as a value,
-    and its linked agents and documents as JSON arrays of whole rows
-    (`linked_rows`: facts_agents, facts_resources), in the same statement,
-    and loads no related object: read it as values into FragmentValues, which
-    fragment_facts reads from those names (a model instance read this way is
-    read through its relations instead, a statement each). Search's row check
-    reads the same names in a statement of its own (search.row_check_statement)."""
-    if prefetch:
-        return queryset.select_related("source__agent").prefetch_related("agents", "resources")
-    return queryset.annotate(facts_source_agent_id=F("source__agent_id"), facts_agents=linked_rows("agents"),
-                             facts_resources=linked_rows("resources"))
+def with_access_facts(queryset):  # type: ignore[no-untyped-def]
+    """`queryset` with what `fragment_facts` reads of a model instance:
+    its source's agent in the same statement, its agents and documents
+    prefetched. A read of many rows reads them as values instead
+    (FragmentValues, fact_columns)."""
+    return queryset.select_related("source__agent").prefetch_related("agents", "resources")
+
+
+def fact_columns(source: str) -> tuple[tuple[str, str], ...]:
+    """What fragment_facts reads of a FragmentValues besides the fragment's
+    own columns, as (name, SQL) over the fragment's table (unaliased) with
+    its source joined as `source`: the source's agent, and the linked agents
+    and documents as JSON arrays of whole rows (_linked_rows_sql)."""
+    agent = connection.ops.quote_name(str(Source._meta.get_field("agent").column))
+    return (("facts_source_agent_id", f"{source}.{agent}"), ("facts_agents", _linked_rows_sql("agents")),
+            ("facts_resources", _linked_rows_sql("resources")))
 
 
 class FragmentValues:
     """A fragment read as values: its columns by their attribute names, `pk`,
-    and its access facts as with_access_facts(prefetch=False) names them
-    (facts_source_agent_id, facts_agents, facts_resources). fragment_facts
+    and its access facts by the names fact_columns gives them. fragment_facts
     reads it as it reads the model, so a read that checks many rows and serves
     a few (search's row check) builds model instances for those only."""
 
@@ -1134,16 +1135,12 @@ class FragmentValues:
         raise AttributeError(name)
 
 
-def linked_rows(name: Literal["agents", "resources"]) -> RawSQL:
-    """A fragment's linked agents or documents, each row whole, as one JSON
-    array (by id; NULL when it links none), read with the fragment. It names
-    the fragment table as the outermost query does: annotate a queryset that
-    is run as it is, never one nested in another query as a subquery."""
-    return RawSQL(_linked_rows_sql(name), (), output_field=JSONField())  # noqa: S611 - our models' names only
-
-
 @functools.cache
 def _linked_rows_sql(name: str) -> str:
+    """A fragment's linked agents or documents, each row whole, as one JSON
+    array (by id; NULL when it links none), read with the fragment. It names
+    the fragment table as the outermost query does: use it in a statement
+    whose FROM names that table unaliased, never nested as a subquery."""
     # Written once from the models' names: compiling the same subquery
     # through the ORM for every search cost more than the rest of the row
     # check's Python.

@@ -1132,7 +1132,7 @@ def _partial(model: type[M], values: dict[str, Any]) -> M:
 
 
 def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Model]:
-    """Instances of `model` from access.linked_rows' JSON, each field as the
+    """Instances of `model` from the JSON rows of access.fact_columns, each field as the
     database would have handed it over."""
     fields = model._meta.concrete_fields
     return [_partial(model, {item.attname: item.to_python(row[item.attname]) for item in fields}) for row in rows or ()]
@@ -1185,23 +1185,26 @@ ROW_CHECK_DEFERRED = ("search_vector", "search_length", "context")
 class RowCheckStatement:
     """The row check's statement, written once from the models' names: every
     candidate's columns (but ROW_CHECK_DEFERRED, and the embedding unless asked
-    for), the access facts access.with_access_facts(prefetch=False) reads (its
-    source's agent, its linked agents and documents as JSON rows) and what
-    rendering a served row needs (its collection's and its source agent's
-    names), found by id (its one parameter: an array of ids). Each column has
-    its name (a FragmentValues' attribute) and its expression, which gives
-    what Django applies to a value read for it (_converters)."""
+    for), the access facts fragment_facts reads of a row (access.fact_columns)
+    and what rendering a served row needs (its collection's and its source
+    agent's names), found by id (its one parameter: an array of ids). Each
+    column has its name (a FragmentValues' attribute) and its expression, which
+    gives what Django applies to a value read for it (_converters)."""
 
     select: tuple[str, ...]
     tables: str
     names: tuple[str, ...]
     expressions: tuple[Any, ...]
 
+    @functools.cached_property
+    def converters(self) -> list[tuple[int, Any, list[Any]]]:
+        return _converters(self.expressions)
+
     def with_scores(self, scores: Sequence[tuple[str, Any]]) -> tuple[str, list[Any], list[str], list[Any]]:
         """The statement with these (name, expression over the fragment's own
         columns: the statement's FROM has no join for it) columns added: its
-        SQL, its parameters but the ids, and every column's name and
-        expression."""
+        SQL, its parameters but the ids, every column's name, and the
+        converters of every column that has any."""
         select, params = list(self.select), []
         for name, expression in scores:
             query = Fragment.objects.all().query
@@ -1209,9 +1212,10 @@ class RowCheckStatement:
                 expression.resolve_expression(query))
             select.append(f"{sql} AS {connection.ops.quote_name(name)}")
             params += expression_params
+        added = [(len(self.names) + index, expression, found)
+                 for index, expression, found in _converters([expression for _, expression in scores])]
         return (f"SELECT {', '.join(select)} {self.tables}", params,  # noqa: S608 - our models' names
-                [*self.names, *(name for name, _ in scores)],
-                [*self.expressions, *(expression for _, expression in scores)])
+                [*self.names, *(name for name, _ in scores)], [*self.converters, *added])
 
 
 @functools.cache
@@ -1225,10 +1229,11 @@ def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
     fragment = quote(Fragment._meta.db_table)
     fields = [item for item in Fragment._meta.concrete_fields
               if item.attname not in ROW_CHECK_DEFERRED and (load_embeddings or item.attname != "embedding")]
+    facts = access.fact_columns("s")
     as_json = Value(None, output_field=JSONField())
     select = [
         *(f"{fragment}.{quote(str(item.column))}" for item in fields),
-        column(Source, "agent", "s"), access.linked_rows("agents").sql, access.linked_rows("resources").sql,
+        *(sql for _, sql in facts),
         column(Collection, "name", "c"), column(Agent, "name", "a"),
     ]
     expressions = [
@@ -1245,8 +1250,8 @@ def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
         f"LEFT JOIN {quote(Agent._meta.db_table)} AS a ON {column(Agent, 'id', 'a')} = {column(Source, 'agent', 's')} "
         f"WHERE {column(Fragment, 'id', fragment)} = ANY(%s::uuid[])"
     )
-    names = (*(item.attname for item in fields), "facts_source_agent_id", "facts_agents", "facts_resources",
-             "shown_collection_name", "shown_source_agent_name")
+    names = (*(item.attname for item in fields), *(name for name, _ in facts), "shown_collection_name",
+             "shown_source_agent_name")
     return RowCheckStatement(select=tuple(select), tables=tables, names=names, expressions=tuple(expressions))
 
 
@@ -1278,11 +1283,10 @@ def _checked_rows(
         scores.append(("distance", CosineDistance("embedding", read_query.vector)))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
-    sql, params, names, expressions = row_check_statement(load_embeddings).with_scores(scores)
+    sql, params, names, converters = row_check_statement(load_embeddings).with_scores(scores)
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, list(candidates)])
         fetched = cursor.fetchall()
-    converters = _converters(expressions)
     rows: dict[uuid.UUID, access.FragmentValues] = {}
     alarms = []
     lowers_asking = ranking.fusion == "weighted" and bool(ranking.asking_weight)

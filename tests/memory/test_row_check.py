@@ -24,14 +24,31 @@ def _candidates(pks) -> dict[uuid.UUID, search.Candidate]:  # type: ignore[no-un
     return {pk: search.Candidate() for pk in pks}
 
 
+LINKED = ("facts_agents", "facts_resources")
+
+
 def _orm_values(pks, names, vector):  # type: ignore[no-untyped-def]
-    """The same columns as the ORM reads them, by id."""
-    queryset = (access.with_access_facts(Fragment.objects.filter(pk__in=pks), prefetch=False)
-                .annotate(shown_collection_name=F("collection__name"),
+    """The same columns as the ORM reads them, by id (the linked rows apart)."""
+    read = [name for name in names if name not in LINKED]
+    queryset = (Fragment.objects.filter(pk__in=pks)
+                .annotate(facts_source_agent_id=F("source__agent_id"), shown_collection_name=F("collection__name"),
                           shown_source_agent_name=F("source__agent__name"),
                           distance=CosineDistance("embedding", vector)))
-    return {values[0]: dict(zip(["id", *names], values, strict=True))
-            for values in queryset.values_list("id", *names)}
+    return {values[0]: dict(zip(["id", *read], values, strict=True))
+            for values in queryset.values_list("id", *read)}
+
+
+def _linked(rows) -> list[tuple] | None:  # type: ignore[no-untyped-def]
+    """Linked JSON rows as what the check and fusion read of them."""
+    return None if rows is None else [(row["id"], row.get("kind"), row.get("external_id"), row.get("source_id"))
+                                      for row in rows]
+
+
+def _orm_linked(fragment: Fragment) -> dict[str, list[tuple] | None]:
+    agents = [(agent.pk, agent.kind, None, None) for agent in fragment.agents.order_by("pk")]
+    resources = [(resource.pk, None, resource.external_id, resource.source_id)
+                 for resource in fragment.resources.order_by("pk")]
+    return {"facts_agents": agents or None, "facts_resources": resources or None}
 
 
 @pytest.mark.parametrize("load_embeddings", [False, True])
@@ -72,7 +89,10 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
                          "shown_collection_name", "shown_source_agent_name", "distance"]
         expected = _orm_values(list(rows), [name for name in names if name != "id"], vector)
         for pk, row in rows.items():
+            assert {name: _linked(getattr(row, name)) for name in LINKED} == _orm_linked(Fragment.objects.get(pk=pk))
             for name in names:
+                if name in LINKED:
+                    continue
                 got, want = getattr(row, name), expected[pk][name]
                 if name == "embedding" and want is not None:
                     assert list(got) == list(want)
