@@ -51,6 +51,7 @@ from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
 from django.db.models import Case, F, JSONField, Model, Value, When
 from django.utils import timezone
+from pgvector import Vector
 from pgvector.django import CosineDistance
 
 from contract import limits
@@ -161,7 +162,8 @@ JUDGMENT_WEIGHT = 0.5
 # reuses the parameters it recorded only while this code is what it was
 # (ranking_revision), so no change to it can pass for the identical ranking.
 ORDERING_CODE = (
-    "candidate_pool", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes", "tsquery_for",
+    "candidate_pool", "QueryVector", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes",
+    "tsquery_for",
     "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
     "reader_totals_sql", "_lexical_rank",
     "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_checked_rows",
@@ -533,7 +535,7 @@ def search_execute(
     with_task = bool(task_text) and tenant.judgment_plane
     with phase("embedding"):
         vectors = _embed([request.query, task_text] if with_task else [request.query])
-    query_vector = vectors[0] if vectors else None
+    query_vector = QueryVector(vectors[0]) if vectors else None
     # One statement: the workspace's search settings as they are now, the
     # query's lexemes and the caller's audience.
     with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
@@ -559,7 +561,7 @@ def search_execute(
 
 def _execute(
     *, caller: Caller, request: SearchRequest, as_of: dt.datetime, deadline: Deadline, receipt_id: str,
-    ranking: Ranking, query_vector: list[float] | None, task_vector: list[float] | None, judging: bool,
+    ranking: Ranking, query_vector: Vector | None, task_vector: list[float] | None, judging: bool,
     lexemes: Sequence[str] | None = None, audience: access.Audience | None = None,
 ) -> Execution:
     tenant = caller.tenant
@@ -622,7 +624,7 @@ def _execute(
 
 
 def scored_candidates(
-    *, policy: ReadPolicy, query: str, query_vector: list[float] | None, limit: int, deadline: Deadline,
+    *, policy: ReadPolicy, query: str, query_vector: Vector | None, limit: int, deadline: Deadline,
     ranking: Ranking, load_embeddings: bool = False, lexemes: Sequence[str] | None = None,
 ) -> tuple[dict[uuid.UUID, Candidate], dict[uuid.UUID, access.FragmentValues], list[str]]:
     """Both index queries under the policy, then every candidate loaded, scored
@@ -647,6 +649,19 @@ def _embed(texts: list[str]) -> list[list[float]] | None:
     except Exception:  # noqa: BLE001 - a failing embedder degrades search to lexical, it does not fail it
         logger.exception("query embedding failed; answering from full-text search alone")
         return None
+
+
+class QueryVector(Vector):
+    """A query's embedding as its statements send it: written as text once
+    per search. (Given a list, pgvector's CosineDistance writes all 384
+    numbers anew for every statement that compares with it.)"""
+
+    @functools.cached_property
+    def _text(self) -> str:
+        return super().to_text()
+
+    def to_text(self) -> str:
+        return self._text
 
 
 class index_settings:
@@ -757,12 +772,12 @@ class Candidate:
 @dataclass(frozen=True)
 class ReadQuery:
     text: str
-    vector: list[float] | None
+    vector: Vector | list[float] | None
     tsquery: SearchQuery | None
     lexemes: tuple[str, ...] = ()
 
 
-def read_query_for(query: str, vector: list[float] | None, ranking: Ranking, *,
+def read_query_for(query: str, vector: Vector | list[float] | None, ranking: Ranking, *,
                    lexemes: Sequence[str] | None = None) -> ReadQuery:
     lexemes = query_lexemes(query) if lexemes is None else list(lexemes)
     return ReadQuery(text=query, vector=vector, tsquery=tsquery_for(query, ranking, lexemes=lexemes),
@@ -857,7 +872,7 @@ def _lexical_into(found: dict[uuid.UUID, Candidate], ranked: list[uuid.UUID], sc
         found[pk].lexical_rank = rank
 
 
-def _nearest(predicate, query_vector: list[float], k: int):  # type: ignore[no-untyped-def]
+def _nearest(predicate, query_vector: Vector | list[float], k: int):  # type: ignore[no-untyped-def]
     """The `k` nearest visible fragments' ids and distances."""
     # ORDER BY the distance alone (no tie-breaker) so the planner can walk the HNSW index.
     return (Fragment.objects.filter(predicate, embedding__isnull=False)
@@ -865,7 +880,7 @@ def _nearest(predicate, query_vector: list[float], k: int):  # type: ignore[no-u
             .order_by("distance").values_list("pk", "distance")[:k])
 
 
-def vector_candidates(predicate, query_vector: list[float], k: int) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
+def vector_candidates(predicate, query_vector: Vector | list[float], k: int) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
     return [pk for pk, _ in _planned_rows(*_sql(_nearest(predicate, query_vector, k)))]
 
 
@@ -954,7 +969,7 @@ def _sql(queryset) -> tuple[str, tuple]:  # type: ignore[no-untyped-def]
 
 def lexical_scored(  # type: ignore[no-untyped-def]
     predicate, read_query: ReadQuery, k: int, ranking: Ranking, *, also: Sequence[uuid.UUID] = (),
-    cap: int = LEXICAL_MATCH_CAP, vector: list[float] | None = None, tallied: Tallied | None = None,
+    cap: int = LEXICAL_MATCH_CAP, vector: Vector | list[float] | None = None, tallied: Tallied | None = None,
 ) -> tuple[list[uuid.UUID], list[uuid.UUID], dict[uuid.UUID, float]]:
     """Okapi BM25 over what this reader may see, in one statement.
 

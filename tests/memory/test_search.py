@@ -10,6 +10,7 @@ import pytest
 from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from pgvector import Vector
 
 from contract.limits import FRAGMENT_VALUE_MAX_BYTES, RESULT_MAX_BYTES
 from mcpapi.budget import tool_result_size
@@ -73,11 +74,27 @@ def test_it_finds_paraphrases_through_the_vector_index(bruno):
 def test_it_answers_lexically_when_the_embedder_fails(bruno, monkeypatch):
     fragment = private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
 
-    def broken(texts):
-        raise RuntimeError("embedder down")
+    class Broken:
+        def embed(self, texts):
+            raise RuntimeError("embedder down")
 
-    monkeypatch.setattr(search, "_embed", lambda texts: None)
+    monkeypatch.setattr(search, "get_embedder", Broken)
     assert _ids(fragments_search(caller=bruno, query="where is the VPN config?")) == [str(fragment.pk)]
+
+
+def test_the_query_vector_is_written_once_for_every_statement_that_compares_with_it(bruno, monkeypatch):
+    private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
+    query = "where is the VPN config?"
+    (vector,) = search._embed([query])
+    text = Vector(vector).to_text()
+    written: list[str] = []
+    real = Vector.to_text
+    monkeypatch.setattr(Vector, "to_text", lambda self: written.append(real(self)) or written[-1])
+    with CaptureQueriesContext(connection) as queries:
+        fragments_search(caller=bruno, query=query)
+    assert written == [text]
+    # The index statement (the vector pool) and the row check (every candidate's similarity).
+    assert len([statement for statement in queries if text in statement["sql"]]) == 2
 
 
 AS_OF_CLAUSE = '("memoryhub_fragment"."retired_at" IS NULL OR "memoryhub_fragment"."retired_at" >'
