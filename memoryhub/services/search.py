@@ -42,14 +42,14 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, F, JSONField, Model, Value, When
+from django.db.models import Case, DateTimeField, F, JSONField, Model, Value, When
 from django.utils import timezone
 from pgvector import Vector
 from pgvector.django import CosineDistance
@@ -166,7 +166,7 @@ ORDERING_CODE = (
     "tsquery_for",
     "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
     "reader_totals_sql", "_lexical_rank",
-    "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_checked_rows",
+    "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_checked_rows",
     "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
     "_arrange", "is_hedged",
@@ -1204,16 +1204,23 @@ class RowCheckStatement:
     and what rendering a served row needs (its collection's and its source
     agent's names), found by id (its one parameter: an array of ids). Each
     column has its name (a FragmentValues' attribute) and its expression, which
-    gives what Django applies to a value read for it (_converters)."""
+    gives what Django applies to a value read for it (_converters). The
+    columns in `zoned` are timestamps read as the connection's local time
+    (psycopg's compiled loader parses those; Django's own loader of a
+    timestamptz is Python, and was most of reading a row), each made aware
+    again first (_aware_in)."""
 
     select: tuple[str, ...]
     tables: str
     names: tuple[str, ...]
     expressions: tuple[Any, ...]
+    zoned: tuple[int, ...] = ()
+    zone: dt.tzinfo | None = None
 
     @functools.cached_property
     def converters(self) -> list[tuple[int, Any, list[Any]]]:
-        return _converters(self.expressions)
+        aware = _aware_in(self.zone)
+        return [*((index, self.expressions[index], [aware]) for index in self.zoned), *_converters(self.expressions)]
 
     def with_scores(self, scores: Sequence[tuple[str, Any]]) -> tuple[str, list[Any], list[str], list[Any]]:
         """The statement with these (name, expression over the fragment's own
@@ -1241,13 +1248,19 @@ def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
     def column(model: type[Model], name: str, table: str) -> str:
         return f"{table}.{quote(str(model._meta.get_field(name).column))}"  # type: ignore[union-attr]
 
+    def own(item: Any) -> str:
+        sql = f"{fragment}.{quote(str(item.column))}"
+        return f"({sql} AT TIME ZONE {zone})" if isinstance(item, DateTimeField) else sql
+
     fragment = quote(Fragment._meta.db_table)
+    # The zone Django sets on its connections, as a literal (a setting, not input).
+    zone = "'" + str(connection.timezone_name).replace("'", "''") + "'"
     fields = [item for item in Fragment._meta.concrete_fields
               if item.attname not in ROW_CHECK_DEFERRED and (load_embeddings or item.attname != "embedding")]
     facts = access.fact_columns("s")
     as_json = Value(None, output_field=JSONField())
     select = [
-        *(f"{fragment}.{quote(str(item.column))}" for item in fields),
+        *(own(item) for item in fields),
         *(sql for _, sql in facts),
         column(Collection, "name", "c"), column(Agent, "name", "a"),
     ]
@@ -1267,7 +1280,19 @@ def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
     )
     names = (*(item.attname for item in fields), *(name for name, _ in facts), "shown_collection_name",
              "shown_source_agent_name")
-    return RowCheckStatement(select=tuple(select), tables=tables, names=names, expressions=tuple(expressions))
+    zoned = tuple(index for index, item in enumerate(fields) if isinstance(item, DateTimeField))
+    return RowCheckStatement(select=tuple(select), tables=tables, names=names, expressions=tuple(expressions),
+                             zoned=zoned, zone=connection.timezone)
+
+
+def _aware_in(zone: dt.tzinfo | None) -> Callable[[Any, Any, Any], Any]:
+    """The converter of a timestamp the row check read as the connection's
+    local time: aware as Django's loader of a timestamptz makes it, the same
+    instant in the same tzinfo (`zone`, the connection's)."""
+    def aware(value: dt.datetime | None, expression: Any, connection: Any) -> dt.datetime | None:
+        return None if value is None else value.replace(tzinfo=zone)
+
+    return aware
 
 
 def _converters(expressions: Sequence[Any]) -> list[tuple[int, Any, list[Any]]]:

@@ -99,6 +99,8 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
                 else:
                     assert got == want, name
                     assert type(got) is type(want), name
+                    if isinstance(want, dt.datetime):  # the instant and the zone it is told in
+                        assert got.tzinfo is want.tzinfo, name
         assert (rows[shared.pk].distance is not None) and (rows[turns[0].pk].distance is None)
         if load_embeddings:
             assert list(rows[shared.pk].embedding) == pytest.approx(embedding, abs=1e-6)
