@@ -1205,10 +1205,10 @@ class RowCheckStatement:
     agent's names), found by id (its one parameter: an array of ids). Each
     column has its name (a FragmentValues' attribute) and its expression, which
     gives what Django applies to a value read for it (_converters). The
-    columns in `zoned` are timestamps read as the connection's local time
-    (psycopg's compiled loader parses those; Django's own loader of a
-    timestamptz is Python, and was most of reading a row), each made aware
-    again first (_aware_in)."""
+    columns in `zoned` are timestamps read as UTC's wall time, when that is
+    the connection's zone (psycopg's compiled loader parses those; Django's
+    own loader of a timestamptz is Python, and was most of reading a row),
+    each given the connection's tzinfo first (_aware_in)."""
 
     select: tuple[str, ...]
     tables: str
@@ -1241,7 +1241,9 @@ class RowCheckStatement:
 
 
 @functools.cache
-def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
+def row_check_statement(load_embeddings: bool, zone_name: str, zone: dt.tzinfo | None) -> RowCheckStatement:
+    """`zone_name` and `zone`: the connection's (Django's timezone_name and
+    timezone), which its own loader reads timestamps in."""
     def quote(value: str) -> str:
         return connection.ops.quote_name(value)
 
@@ -1250,13 +1252,14 @@ def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
 
     def own(item: Any) -> str:
         sql = f"{fragment}.{quote(str(item.column))}"
-        return f"({sql} AT TIME ZONE {zone})" if isinstance(item, DateTimeField) else sql
+        return f"({sql} AT TIME ZONE 'UTC')" if item in zoned_fields else sql
 
     fragment = quote(Fragment._meta.db_table)
-    # The zone Django sets on its connections, as a literal (a setting, not input).
-    zone = "'" + str(connection.timezone_name).replace("'", "''") + "'"
     fields = [item for item in Fragment._meta.concrete_fields
               if item.attname not in ROW_CHECK_DEFERRED and (load_embeddings or item.attname != "embedding")]
+    # UTC has one wall time per instant; in any other zone (a database's own
+    # TIME_ZONE, or USE_TZ off) Django's loader reads the timestamps itself.
+    zoned_fields = [item for item in fields if isinstance(item, DateTimeField)] if zone_name == "UTC" else []
     facts = access.fact_columns("s")
     as_json = Value(None, output_field=JSONField())
     select = [
@@ -1280,15 +1283,16 @@ def row_check_statement(load_embeddings: bool) -> RowCheckStatement:
     )
     names = (*(item.attname for item in fields), *(name for name, _ in facts), "shown_collection_name",
              "shown_source_agent_name")
-    zoned = tuple(index for index, item in enumerate(fields) if isinstance(item, DateTimeField))
+    zoned = tuple(index for index, item in enumerate(fields) if item in zoned_fields)
     return RowCheckStatement(select=tuple(select), tables=tables, names=names, expressions=tuple(expressions),
-                             zoned=zoned, zone=connection.timezone)
+                             zoned=zoned, zone=zone)
 
 
 def _aware_in(zone: dt.tzinfo | None) -> Callable[[Any, Any, Any], Any]:
-    """The converter of a timestamp the row check read as the connection's
-    local time: aware as Django's loader of a timestamptz makes it, the same
-    instant in the same tzinfo (`zone`, the connection's)."""
+    """The converter of a timestamp the row check read as UTC's wall time,
+    when that is the connection's zone: the value Django's loader of a
+    timestamptz gives, the same wall time with the connection's tzinfo
+    (`zone`: UTC's, or None with USE_TZ off)."""
     def aware(value: dt.datetime | None, expression: Any, connection: Any) -> dt.datetime | None:
         return None if value is None else value.replace(tzinfo=zone)
 
@@ -1323,7 +1327,8 @@ def _checked_rows(
         scores.append(("distance", CosineDistance("embedding", read_query.vector)))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
-    sql, params, names, converters = row_check_statement(load_embeddings).with_scores(scores)
+    sql, params, names, converters = row_check_statement(
+        load_embeddings, connection.timezone_name, connection.timezone).with_scores(scores)
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, list(candidates)])
         fetched = cursor.fetchall()

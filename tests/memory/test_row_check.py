@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import transaction
-from django.db.models import F
+from django.db.models import DateTimeField, F
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -156,3 +157,19 @@ def test_the_row_check_is_one_statement_whatever_the_number_of_candidates_and_no
             rows, _ = search._checked_rows(policy=policy, candidates=_candidates(pks[:count]), read_query=read_query,
                                            load_embeddings=False)
         assert set(rows) == set(pks[:count])
+
+
+def test_timestamps_are_read_as_utc_wall_time_only_when_the_connection_reads_them_in_utc():
+    """In UTC every instant has one wall time, so the statement reads it as a
+    plain timestamp and gives it the connection's tzinfo. In any other zone a
+    wall time can stand for two instants (the hour a clock goes back), so
+    Django's own loader reads the timestamptz."""
+    timestamps = [item.attname for item in Fragment._meta.concrete_fields if isinstance(item, DateTimeField)]
+    utc = search.row_check_statement(False, "UTC", dt.UTC)
+    assert [utc.names[index] for index in utc.zoned] == timestamps
+    assert sum("AT TIME ZONE 'UTC'" in column for column in utc.select) == len(timestamps)
+    assert [index for index, *_ in utc.converters[:len(timestamps)]] == list(utc.zoned)  # first, per column
+
+    elsewhere = search.row_check_statement(False, "Europe/Paris", ZoneInfo("Europe/Paris"))
+    assert elsewhere.zoned == () and not any("AT TIME ZONE" in column for column in elsewhere.select)
+    assert elsewhere.names == utc.names
