@@ -418,3 +418,18 @@ def test_the_beat_folds_the_tallies_every_sweep_interval(settings):
     from memoryhub import tasks
 
     assert tasks.fold_tallies.name == tallies.FOLD_TASK
+
+
+def test_a_readers_totals_statement_is_compiled_once_and_given_each_reads_instant(people):
+    now = timezone.now()
+    bruno, carol = people.caller(people.bruno), people.caller(people.carol)
+    homes = {caller: access.read_policy(caller=caller, as_of=now).tallied().q() for caller in (bruno, carol)}
+    assert homes[bruno] != homes[carol]
+    search._reader_totals_statement.cache_clear()
+    for instant in (now, now - dt.timedelta(minutes=5), now + dt.timedelta(seconds=1)):
+        for caller in (bruno, carol):
+            # What compiling it anew for this instant gives, to the parameter.
+            assert search.reader_totals_sql(search.Tallied(homes=homes[caller], as_of=instant)) == (
+                search._reader_totals_compiled(homes[caller], instant))
+    info = search._reader_totals_statement.cache_info()
+    assert (info.misses, info.hits) == (2, 4)
