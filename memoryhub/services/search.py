@@ -184,8 +184,25 @@ def ordering_code_digest() -> str:
         try:
             digest.update(inspect.getsource(function).encode())
         except (OSError, TypeError):
-            digest.update(marshal.dumps(function.__code__))
+            for code in _compiled_code(function):
+                digest.update(marshal.dumps(code))
     return digest.hexdigest()
+
+
+def _compiled_code(item: Any) -> list[Any]:
+    """The code objects of a function (a cached one's own), or of every
+    method a class defines (properties and cached ones included), in the
+    order they are named."""
+    if not isinstance(item, type):
+        return [inspect.unwrap(item).__code__]
+    codes = []
+    for _, member in sorted(vars(item).items()):
+        for part in (member, getattr(member, "func", None), getattr(member, "fget", None),
+                     getattr(member, "__func__", None)):
+            if hasattr(part, "__code__"):
+                codes.append(part.__code__)  # type: ignore[union-attr]
+                break
+    return codes
 
 
 def ranking_revision() -> str:

@@ -231,3 +231,20 @@ def test_the_ranking_revision_follows_what_decides_an_order_besides_the_paramete
 def test_the_ordering_code_digest_reads_every_function_it_names():
     assert all(callable(getattr(search, name)) for name in search.ORDERING_CODE)
     assert search.ordering_code_digest() == search.ordering_code_digest.__wrapped__()
+
+
+def test_the_ordering_code_digest_reads_compiled_code_where_the_source_is_not_deployed(monkeypatch):
+    """Functions and classes (RowCheckStatement, QueryVector) alike, so a
+    deployment without sources still records a ranking revision."""
+    assert any(isinstance(getattr(search, name), type) for name in search.ORDERING_CODE)
+    from_source = search.ordering_code_digest.__wrapped__()
+
+    def no_source(item):
+        raise OSError("no source deployed")
+
+    monkeypatch.setattr(search.inspect, "getsource", no_source)
+    compiled = search.ordering_code_digest.__wrapped__()
+    assert compiled != from_source and compiled == search.ordering_code_digest.__wrapped__()
+    # A method's code takes part in it.
+    monkeypatch.setattr(search.RowCheckStatement, "with_scores", lambda self, scores: None)
+    assert search.ordering_code_digest.__wrapped__() != compiled
