@@ -57,6 +57,10 @@ def build_server(
         raise ValueError(f"unknown MCP endpoint {endpoint!r}")
     limits = limits or CallLimits()
     assert_no_identity_fields(spec.tool for spec in tools)
+    for spec in tools:
+        # Compiled now, so a schema they could not judge alike stops the server
+        # from starting, and no tool's first call pays for compiling.
+        _ = spec.input_validator, spec.output_validator
     unscoped = sorted(spec.name for spec in tools if spec.name not in OPERATION_SCOPES)
     if unscoped:
         # Every tool needs an entry in the contract's scope table (None means "needs none").

@@ -38,8 +38,8 @@ def _is_date_time_text(value: str) -> bool:
     return True
 
 
-# Keywords fastjsonschema and jsonschema read alike, as the schemas here use
-# them (annotations included).
+# Keywords fastjsonschema and jsonschema read alike on JSON values
+# (annotations included; `enum` and `format` with the limits _unshared sets).
 SHARED_KEYWORDS = frozenset({
     "type", "properties", "required", "items", "enum", "minimum", "maximum", "minLength", "maxLength", "maxItems",
     "additionalProperties", "format", "description", "title", "default", "examples",
@@ -50,17 +50,24 @@ _NAMED_SCHEMAS = frozenset({"properties"})
 _SCHEMAS = frozenset({"items", "additionalProperties"})
 
 
-def _keywords(schema: Any) -> set[str]:
-    """Every keyword a schema and its subschemas use."""
+def _unshared(schema: Any) -> set[str]:
+    """What a schema and its subschemas use that the two validators may not
+    read alike: a keyword outside SHARED_KEYWORDS, an enum holding anything
+    but strings (fastjsonschema's `in` takes True for 1), a format other than
+    date-time."""
     if not isinstance(schema, Mapping):
         return set()
-    found = set(schema)
+    found = {keyword for keyword in schema if keyword not in SHARED_KEYWORDS}
+    if "enum" in schema and not all(isinstance(value, str) for value in schema["enum"]):
+        found.add("an enum of values other than strings")
+    if "format" in schema and schema["format"] != "date-time":
+        found.add(f"the format {schema['format']!r}")
     for keyword, value in schema.items():
         if keyword in _NAMED_SCHEMAS and isinstance(value, Mapping):
             for subschema in value.values():
-                found |= _keywords(subschema)
+                found |= _unshared(subschema)
         elif keyword in _SCHEMAS:
-            found |= _keywords(value)
+            found |= _unshared(value)
     return found
 
 
@@ -76,18 +83,21 @@ class SchemaValidator:
     An instance is checked by the schema compiled into Python code
     (fastjsonschema), and only one that fails is walked again by jsonschema,
     for the words: jsonschema's walk took about 2 ms of every memory_search
-    result. The schemas use only keywords both read alike (type, properties,
-    required, items, enum, minimum, maximum, minLength, maxLength, maxItems,
-    additionalProperties, and the date-time format, which both check with
-    `parse_date_time`); any other keyword is refused when the validator is made."""
+    result. A schema may use only what both read alike, on JSON values (the
+    instances here are: a tuple, which fastjsonschema would take for an
+    array, never reaches a tool): the keywords of SHARED_KEYWORDS, an enum
+    of strings only, and the date-time format, which both check with
+    `parse_date_time`. Anything else is refused when the validator is made.
+    The compiled check fills in no default: it only judges."""
 
     def __init__(self, schema: JSONSchema) -> None:
         Draft202012Validator.check_schema(schema)
-        unread = _keywords(schema) - SHARED_KEYWORDS
-        if unread:
-            raise ValueError(f"schema keywords {sorted(unread)} are not checked alike by both validators")
+        unshared = _unshared(schema)
+        if unshared:
+            raise ValueError(f"schema uses {sorted(unshared)}, which the two validators may not read alike")
         self._validator = Draft202012Validator(schema, format_checker=_formats)
-        self._compiled = fastjsonschema.compile(dict(schema), formats={"date-time": _is_date_time_text})
+        self._compiled = fastjsonschema.compile(dict(schema), formats={"date-time": _is_date_time_text},
+                                                use_default=False)
         properties: Mapping[str, Any] = schema.get("properties", {})
         self._defaults = {name: prop["default"] for name, prop in properties.items() if "default" in prop}
         self._integers = [name for name, prop in properties.items() if prop.get("type") == "integer"]

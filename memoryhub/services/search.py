@@ -37,10 +37,10 @@ import hashlib
 import inspect
 import json
 import logging
-import marshal
 import math
 import re
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -184,25 +184,41 @@ def ordering_code_digest() -> str:
         try:
             digest.update(inspect.getsource(function).encode())
         except (OSError, TypeError):
-            for code in _compiled_code(function):
-                digest.update(marshal.dumps(code))
+            digest.update(repr(_compiled(function)).encode())
     return digest.hexdigest()
 
 
-def _compiled_code(item: Any) -> list[Any]:
-    """The code objects of a function (a cached one's own), or of every
-    method a class defines (properties and cached ones included), in the
-    order they are named."""
+def _compiled(item: Any) -> Any:
+    """What a function (a cached one's own) or a class (its methods,
+    properties and cached ones included, and its plain values) was compiled
+    into, written the same in every process: marshal's bytes are not
+    promised to be (they may follow reference counts, and the order of a set
+    of strings follows the process's hash seed)."""
     if not isinstance(item, type):
-        return [inspect.unwrap(item).__code__]
-    codes = []
-    for _, member in sorted(vars(item).items()):
+        return _stable(inspect.unwrap(item).__code__)
+    members = []
+    for name, member in sorted(vars(item).items()):
+        if name.startswith("__"):
+            continue
         for part in (member, getattr(member, "func", None), getattr(member, "fget", None),
                      getattr(member, "__func__", None)):
             if hasattr(part, "__code__"):
-                codes.append(part.__code__)  # type: ignore[union-attr]
+                members.append((name, _stable(part.__code__)))  # type: ignore[union-attr]
                 break
-    return codes
+        else:
+            members.append((name, _stable(member)))
+    return members
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, types.CodeType):
+        return (value.co_name, value.co_code, value.co_names, value.co_varnames,
+                [_stable(const) for const in value.co_consts])
+    if isinstance(value, frozenset | set):
+        return sorted(repr(_stable(item)) for item in value)
+    if isinstance(value, tuple | list):
+        return [_stable(item) for item in value]
+    return value if value is None or isinstance(value, bool | int | float | str | bytes) else type(value).__name__
 
 
 def ranking_revision() -> str:
@@ -1117,12 +1133,13 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
 _AN_INSTANT = dt.datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=512)
 def _reader_totals_statement(homes: Q) -> tuple[str, tuple, frozenset[int]]:
     """reader_totals_sql compiled for `homes` at _AN_INSTANT: its SQL, its
     parameters and the places of the instant among them. (Compiling it took
     about 3 ms of every person's search on 2 cores; its text depends on
-    nothing but the homes.)"""
+    nothing but the homes.) Kept for the 512 readers' homes read last: each
+    grows with the collections its reader's roles open."""
     sql, params = _reader_totals_compiled(homes, _AN_INSTANT)
     places = frozenset(index for index, value in enumerate(params)
                        if isinstance(value, dt.datetime) and value == _AN_INSTANT)
@@ -1301,7 +1318,8 @@ def row_check_statement(load_embeddings: bool, zone_name: str, zone: dt.tzinfo |
     fields = [item for item in Fragment._meta.concrete_fields
               if item.attname not in ROW_CHECK_DEFERRED and (load_embeddings or item.attname != "embedding")]
     # UTC has one wall time per instant; in any other zone (a database's own
-    # TIME_ZONE, or USE_TZ off) Django's loader reads the timestamps itself.
+    # TIME_ZONE, or USE_TZ off with another TIME_ZONE) Django's loader reads
+    # the timestamps itself.
     zoned_fields = [item for item in fields if isinstance(item, DateTimeField)] if zone_name == "UTC" else []
     facts = access.fact_columns("s")
     as_json = Value(None, output_field=JSONField())

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
+import subprocess
+import sys
 from dataclasses import asdict, replace
 
 import pytest
@@ -245,6 +248,17 @@ def test_the_ordering_code_digest_reads_compiled_code_where_the_source_is_not_de
     monkeypatch.setattr(search.inspect, "getsource", no_source)
     compiled = search.ordering_code_digest.__wrapped__()
     assert compiled != from_source and compiled == search.ordering_code_digest.__wrapped__()
-    # A method's code takes part in it.
+    # The same in other processes, whatever order their sets of strings are in.
+    script = ("import inspect, django; django.setup(); from memoryhub.services import search\n"
+              "def no_source(item): raise OSError\n"
+              "inspect.getsource = no_source; print(search.ordering_code_digest())")
+    for seed in ("1", "2"):
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed, "DJANGO_SETTINGS_MODULE": "memoryhub.settings"})
+        assert run.stdout.strip() == compiled, run.stderr
+    # A method's code takes part in it, and so does a plain value of a class.
     monkeypatch.setattr(search.RowCheckStatement, "with_scores", lambda self, scores: None)
-    assert search.ordering_code_digest.__wrapped__() != compiled
+    edited = search.ordering_code_digest.__wrapped__()
+    assert edited != compiled
+    monkeypatch.setattr(search.RowCheckStatement, "zoned", (0,))
+    assert search.ordering_code_digest.__wrapped__() != edited
