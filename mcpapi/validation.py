@@ -21,21 +21,17 @@ _formats = FormatChecker(formats=())
 
 
 def _is_date_time(value: object) -> bool:
+    """The date-time format, for both validators (a format judges strings only)."""
     if not isinstance(value, str):
         return True
-    parse_date_time(value)
-    return True
-
-
-_formats.checks("date-time", raises=ValueError)(_is_date_time)
-
-
-def _is_date_time_text(value: str) -> bool:
     try:
         parse_date_time(value)
     except ValueError:
         return False
     return True
+
+
+_formats.checks("date-time")(_is_date_time)
 
 
 # Keywords fastjsonschema and jsonschema read alike on JSON values
@@ -96,7 +92,7 @@ class SchemaValidator:
         if unshared:
             raise ValueError(f"schema uses {sorted(unshared)}, which the two validators may not read alike")
         self._validator = Draft202012Validator(schema, format_checker=_formats)
-        self._compiled = fastjsonschema.compile(dict(schema), formats={"date-time": _is_date_time_text},
+        self._compiled = fastjsonschema.compile(dict(schema), formats={"date-time": _is_date_time},
                                                 use_default=False)
         properties: Mapping[str, Any] = schema.get("properties", {})
         self._defaults = {name: prop["default"] for name, prop in properties.items() if "default" in prop}
@@ -109,6 +105,11 @@ class SchemaValidator:
             pass
         else:
             return []
+        return self.explained(instance)
+
+    def explained(self, instance: Any) -> list[str]:
+        """jsonschema's judgment of `instance`, in words (what `problems` says
+        of an instance the compiled check refuses)."""
         errors = sorted(self._validator.iter_errors(instance), key=lambda e: [str(part) for part in e.absolute_path])
         return [_describe(error) for error in errors]
 

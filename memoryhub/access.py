@@ -631,7 +631,7 @@ def role_audience(caller: Caller) -> Audience:
         return Audience(role_names=(), collection_ids=frozenset())
     with connection.cursor() as cursor:
         cursor.execute(*_held_roles_sql(caller.tenant.pk, _pk(caller.user), _pk(caller.agent)))
-        return _audience_of_rows([(name, opened or []) for name, opened in cursor.fetchall()])
+        return _audience_of_rows(cursor.fetchall())
 
 
 def role_audience_sql(caller: Caller) -> tuple[str, list[Any]] | None:
@@ -649,7 +649,7 @@ def role_audience_sql(caller: Caller) -> tuple[str, list[Any]] | None:
 def audience_of(value: str | list[Any]) -> Audience:
     """The Audience of a role_audience_sql value (JSON text, as Django has psycopg hand it over, or decoded)."""
     rows = json.loads(value) if isinstance(value, str) else value
-    return _audience_of_rows([(name, opened or []) for name, opened in rows])
+    return _audience_of_rows(rows)
 
 
 def _pk(instance: Model | None) -> Any:
@@ -679,9 +679,11 @@ def _held_roles_sql(tenant_id: uuid.UUID, user_id: int | None, agent_id: int | N
     return sql, tuple(params)
 
 
-def _audience_of_rows(held: list[tuple[str, list[int]]]) -> Audience:
+def _audience_of_rows(held: Sequence[Sequence[Any]]) -> Audience:
+    """The Audience of a caller's roles as (name, ids of the collections it
+    opens, or None for none) rows, read by cursor or as JSON."""
     return Audience(role_names=tuple(sorted(name for name, _ in held)),
-                    collection_ids=frozenset(pk for _, opened in held for pk in opened))
+                    collection_ids=frozenset(pk for _, opened in held for pk in opened or ()))
 
 
 def agent_ids_named(*, tenant: Tenant, names: Iterable[str]) -> frozenset[int]:

@@ -568,7 +568,7 @@ def search_execute(
     with_task = bool(task_text) and tenant.judgment_plane
     with phase("embedding"):
         vectors = _embed([request.query, task_text] if with_task else [request.query])
-    query_vector = QueryVector(vectors[0]) if vectors else None
+    query_vector = vectors[0] if vectors else None
     # One statement: the workspace's search settings as they are now, the
     # query's lexemes and the caller's audience.
     with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
@@ -594,7 +594,7 @@ def search_execute(
 
 def _execute(
     *, caller: Caller, request: SearchRequest, as_of: dt.datetime, deadline: Deadline, receipt_id: str,
-    ranking: Ranking, query_vector: Vector | None, task_vector: list[float] | None, judging: bool,
+    ranking: Ranking, query_vector: list[float] | None, task_vector: list[float] | None, judging: bool,
     lexemes: Sequence[str] | None = None, audience: access.Audience | None = None,
 ) -> Execution:
     tenant = caller.tenant
@@ -657,7 +657,7 @@ def _execute(
 
 
 def scored_candidates(
-    *, policy: ReadPolicy, query: str, query_vector: Vector | None, limit: int, deadline: Deadline,
+    *, policy: ReadPolicy, query: str, query_vector: list[float] | None, limit: int, deadline: Deadline,
     ranking: Ranking, load_embeddings: bool = False, lexemes: Sequence[str] | None = None,
 ) -> tuple[dict[uuid.UUID, Candidate], dict[uuid.UUID, access.FragmentValues], list[str]]:
     """Both index queries under the policy, then every candidate loaded, scored
@@ -805,15 +805,16 @@ class Candidate:
 @dataclass(frozen=True)
 class ReadQuery:
     text: str
-    vector: Vector | list[float] | None
+    vector: QueryVector | None
     tsquery: SearchQuery | None
     lexemes: tuple[str, ...] = ()
 
 
-def read_query_for(query: str, vector: Vector | list[float] | None, ranking: Ranking, *,
+def read_query_for(query: str, vector: list[float] | None, ranking: Ranking, *,
                    lexemes: Sequence[str] | None = None) -> ReadQuery:
     lexemes = query_lexemes(query) if lexemes is None else list(lexemes)
-    return ReadQuery(text=query, vector=vector, tsquery=tsquery_for(query, ranking, lexemes=lexemes),
+    return ReadQuery(text=query, vector=QueryVector(vector) if vector is not None else None,
+                     tsquery=tsquery_for(query, ranking, lexemes=lexemes),
                      lexemes=tuple(lexemes))
 
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcpapi.catalog import CATALOG
-from mcpapi.validation import SchemaValidator, _describe
+from mcpapi.validation import SchemaValidator
 
 SCHEMAS = [(f"{spec.name} {side}", schema) for spec in CATALOG
            for side, schema in (("input", spec.input_schema), ("output", spec.output_schema))]
@@ -101,8 +101,7 @@ def _replaced(instance: Any, path: tuple[Any, ...], value: Any) -> Any:
 
 
 def _said_by_jsonschema(validator: SchemaValidator, instance: Any) -> list[str]:
-    errors = sorted(validator._validator.iter_errors(instance), key=lambda e: [str(part) for part in e.absolute_path])
-    return [_describe(error) for error in errors]
+    return validator.explained(instance)
 
 
 @pytest.mark.parametrize(("name", "schema"), SCHEMAS, ids=[name for name, _ in SCHEMAS])
