@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from django.contrib.postgres.expressions import ArraySubquery
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import connection
-from django.db.models import Exists, Model, OuterRef, Q, QuerySet
+from django.db.models import Exists, JSONField, Model, OuterRef, Q, QuerySet, Value
 from django.utils import timezone
 
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
@@ -1111,14 +1111,30 @@ def with_access_facts(queryset):  # type: ignore[no-untyped-def]
     return queryset.select_related("source__agent").prefetch_related("agents", "resources")
 
 
-def fact_columns(source: str) -> tuple[tuple[str, str], ...]:
+@dataclass(frozen=True)
+class FactColumn:
+    """One column fragment_facts reads of a FragmentValues besides the
+    fragment's own: its name (the attribute), its SQL, and the expression
+    Django reads its value as (whose converters apply to it)."""
+
+    name: str
+    sql: str
+    expression: Any
+
+
+def fact_columns(source: str) -> tuple[FactColumn, ...]:
     """What fragment_facts reads of a FragmentValues besides the fragment's
-    own columns, as (name, SQL) over the fragment's table (unaliased) with
-    its source joined as `source`: the source's agent, and the linked agents
-    and documents as JSON arrays of whole rows (_linked_rows_sql)."""
-    agent = connection.ops.quote_name(str(Source._meta.get_field("agent").column))
-    return (("facts_source_agent_id", f"{source}.{agent}"), ("facts_agents", _linked_rows_sql("agents")),
-            ("facts_resources", _linked_rows_sql("resources")))
+    own columns, over the fragment's table (unaliased) with its source joined
+    as `source`: the source's agent, and the linked agents and documents as
+    JSON arrays of whole rows (_linked_rows_sql)."""
+    agent = Source._meta.get_field("agent")
+    linked = Value(None, output_field=JSONField())
+    return (
+        FactColumn("facts_source_agent_id", f"{source}.{connection.ops.quote_name(str(agent.column))}",
+                   agent.get_col(source)),  # type: ignore[union-attr]
+        FactColumn("facts_agents", _linked_rows_sql("agents"), linked),
+        FactColumn("facts_resources", _linked_rows_sql("resources"), linked),
+    )
 
 
 class FragmentValues:

@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin, get_ty
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, DateTimeField, F, JSONField, Model, Q, Value, When
+from django.db.models import Case, DateTimeField, F, Model, Q, Value, When
 from django.utils import timezone
 from pgvector import Vector
 from pgvector.django import CosineDistance
@@ -1323,15 +1323,14 @@ def row_check_statement(load_embeddings: bool, zone_name: str, zone: dt.tzinfo |
     # the timestamps itself.
     zoned_fields = [item for item in fields if isinstance(item, DateTimeField)] if zone_name == "UTC" else []
     facts = access.fact_columns("s")
-    as_json = Value(None, output_field=JSONField())
     select = [
         *(own(item) for item in fields),
-        *(sql for _, sql in facts),
+        *(fact.sql for fact in facts),
         column(Collection, "name", "c"), column(Agent, "name", "a"),
     ]
     expressions = [
         *(item.get_col(Fragment._meta.db_table) for item in fields),
-        Source._meta.get_field("agent").get_col("s"), as_json, as_json,  # type: ignore[union-attr]
+        *(fact.expression for fact in facts),
         Collection._meta.get_field("name").get_col("c"), Agent._meta.get_field("name").get_col("a"),  # type: ignore[union-attr]
     ]
     tables = (
@@ -1343,7 +1342,7 @@ def row_check_statement(load_embeddings: bool, zone_name: str, zone: dt.tzinfo |
         f"LEFT JOIN {quote(Agent._meta.db_table)} AS a ON {column(Agent, 'id', 'a')} = {column(Source, 'agent', 's')} "
         f"WHERE {column(Fragment, 'id', fragment)} = ANY(%s::uuid[])"
     )
-    names = (*(item.attname for item in fields), *(name for name, _ in facts), "shown_collection_name",
+    names = (*(item.attname for item in fields), *(fact.name for fact in facts), "shown_collection_name",
              "shown_source_agent_name")
     zoned = tuple(index for index, item in enumerate(fields) if item in zoned_fields)
     return RowCheckStatement(select=tuple(select), tables=tables, names=names, expressions=tuple(expressions),
