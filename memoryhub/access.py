@@ -67,7 +67,7 @@ import uuid
 from collections.abc import Collection as CollectionOf
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from django.contrib.postgres.expressions import ArraySubquery
 from django.core.exceptions import ObjectDoesNotExist
@@ -96,6 +96,7 @@ if TYPE_CHECKING:
     from oauth2_provider.models import Application
 
 CallerKind = Literal["user", "agent", "system"]
+M = TypeVar("M", bound=Model)
 
 # Agents never see memory_receipt (decision 2).
 AGENT_SCOPES = (MEMORY_READ, MEMORY_WRITE)
@@ -193,7 +194,7 @@ def person_membership(user: User) -> Membership | None:
     """The membership that makes `user` a live person of their workspace, or None."""
     if not user.is_active or user.tenant_id is None:
         return None
-    return _live_membership(user, Membership.objects.select_related("tenant").filter(user=user).first())
+    return _live_membership(user, one_row(Membership.objects.select_related("tenant").filter(user=user)))
 
 
 def _live_membership(user: User, membership: Membership | None) -> Membership | None:
@@ -247,7 +248,7 @@ def caller_for_agent(*, agent: Agent, client_id: str = "", subject: str = "") ->
 def admin_named(*, tenant: Tenant, username: str, client_id: str = "") -> Caller:
     """The admin of `tenant` named `username`, as a caller (a command's `--as`);
     refused when there is no such live person or they do not administer it."""
-    user = User.objects.filter(tenant=tenant, username__iexact=username).first()
+    user = one_row(User.objects.filter(tenant=tenant, username__iexact=username))
     if user is None:
         raise PermissionDenied(f"No person named {username!r} in this workspace.")
     caller = caller_for_user(user=user, client_id=client_id)
@@ -269,23 +270,28 @@ def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: st
     # the agent with its workspace; the workspace is looked up on its own only
     # to say why nobody was found.
     if kind == "user" and prefix == "user" and name:
-        user = User.objects.select_related("membership__tenant").filter(_in_tenant(tenant), username=name).first()
+        user = one_row(User.objects.select_related("membership__tenant").filter(_in_tenant(tenant), username=name))
         if user is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's person is not in this workspace.")
         membership = _live_membership(user, _read_with(user, "membership"))
         return _person_caller(user, membership, client_id=client_id, subject=subject)
     if kind == "agent" and prefix == "agent" and name and client_id:
-        agent = (
-            Agent.objects.select_related("tenant")
-            .filter(_in_tenant(tenant), application__client_id=client_id, name=name)
-            .first()
-        )
+        agent = one_row(Agent.objects.select_related("tenant").filter(
+            _in_tenant(tenant), application__client_id=client_id, name=name))
         if agent is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's agent is not registered in this workspace.")
         return caller_for_agent(agent=agent, client_id=client_id, subject=subject)
     raise PermissionDenied("The credential does not name a person or an agent of this workspace.")
+
+
+def one_row(queryset: QuerySet[M]) -> M | None:
+    """The row a lookup by a unique key finds, or None. Not `first()`, which
+    orders by the primary key: a unique key has nothing to order, and the
+    ordering cost the compiler and the planner more than the rest of a
+    credential's lookup."""
+    return next(iter(queryset[:1]), None)
 
 
 def _workspace_id(value: str) -> uuid.UUID | None:
@@ -303,7 +309,7 @@ def _in_tenant(value: str) -> Q:
 
 def _tenant(value: str) -> Tenant:
     pk = _workspace_id(value)
-    tenant = Tenant.objects.filter(pk=pk).first() if pk is not None else Tenant.objects.filter(slug=value).first()
+    tenant = one_row(Tenant.objects.filter(pk=pk) if pk is not None else Tenant.objects.filter(slug=value))
     if tenant is None:
         raise PermissionDenied("The credential's workspace does not exist.")
     return tenant
@@ -335,7 +341,7 @@ def agent_of(application: Application | None) -> Agent | None:
     """The agent or connected source whose client `application` is, if any."""
     if application is None or application.pk is None:
         return None
-    return Agent.objects.select_related("tenant", "source").filter(application=application).first()
+    return one_row(Agent.objects.select_related("tenant", "source").filter(application=application))
 
 
 def _agent_scopes(agent: Agent) -> frozenset[str]:

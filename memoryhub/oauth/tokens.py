@@ -61,11 +61,8 @@ def access_token_row(token: str) -> AccessToken | None:
     its user and who holds it (access.TOKEN_HOLDER_RELATED), in one statement."""
     if not token or len(token) > MAX_TOKEN_LENGTH:
         return None
-    return (
-        AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED)
-        .filter(token_checksum=token_checksum(token))
-        .first()
-    )
+    return access.one_row(
+        AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED).filter(token_checksum=token_checksum(token)))
 
 
 def token_verified(token: str, *, resource: str) -> VerifiedToken | None:

@@ -106,7 +106,7 @@ def receipt_get(*, caller: Caller, receipt_id: str) -> Receipt:
     """The caller's own receipt, or NotFound (identical for every other case)."""
     mine = access.own_receipts(caller)
     receipt_id = checked_text(receipt_id, field="receipt_id", max_chars=limits.RECEIPT_ID_MAX_CHARS, required=True)
-    receipt = Receipt.objects.filter(mine, pk=receipt_id).first()
+    receipt = access.one_row(Receipt.objects.filter(mine, pk=receipt_id))
     if receipt is None:
         raise NotFound(RECEIPT_NOT_YOURS, field="receipt_id")
     return receipt
