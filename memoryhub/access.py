@@ -76,6 +76,7 @@ from django.db.models import Exists, JSONField, Model, OuterRef, Q, QuerySet, Va
 from django.utils import timezone
 
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
+from memoryhub.database import prepared
 from memoryhub.errors import Conflict, PermissionDenied
 from memoryhub.models import (
     TALLY_HOME,
@@ -270,15 +271,17 @@ def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: st
     # the agent with its workspace; the workspace is looked up on its own only
     # to say why nobody was found.
     if kind == "user" and prefix == "user" and name:
-        user = one_row(User.objects.select_related("membership__tenant").filter(_in_tenant(tenant), username=name))
+        with prepared():
+            user = one_row(User.objects.select_related("membership__tenant").filter(_in_tenant(tenant), username=name))
         if user is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's person is not in this workspace.")
         membership = _live_membership(user, _read_with(user, "membership"))
         return _person_caller(user, membership, client_id=client_id, subject=subject)
     if kind == "agent" and prefix == "agent" and name and client_id:
-        agent = one_row(Agent.objects.select_related("tenant").filter(
-            _in_tenant(tenant), application__client_id=client_id, name=name))
+        with prepared():
+            agent = one_row(Agent.objects.select_related("tenant").filter(
+                _in_tenant(tenant), application__client_id=client_id, name=name))
         if agent is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's agent is not registered in this workspace.")

@@ -134,7 +134,7 @@ def _database_from_url(url: str) -> dict:
         raise ValueError("DATABASE_URL must be a postgres:// URL: memoryhub runs on PostgreSQL with pgvector only")
     options = dict(parse_qsl(parts.query))
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "memoryhub.database",
         "NAME": unquote(parts.path.lstrip("/")) or "memoryhub",
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
@@ -150,7 +150,7 @@ if DATABASE_URL:
     _default_db = _database_from_url(DATABASE_URL)
 else:
     _default_db = {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "memoryhub.database",
         "NAME": embedded.DATABASE_NAME,
         "USER": embedded.DATABASE_USER,
         "HOST": str(embedded.postgres_socket_dir(DATA_DIR)),
@@ -176,6 +176,12 @@ if DATABASE_POOL:
     _default_db["CONN_MAX_AGE"] = 0
 else:
     _default_db["CONN_MAX_AGE"] = envint("DATABASE_CONN_MAX_AGE", 0)
+# The few statements every call runs again with other values (a token's check,
+# finding the caller, a search's row check) are prepared on their connection
+# (memoryhub.database). Off behind a pooler that cannot carry prepared
+# statements between transactions (PgBouncer before 1.21 in transaction mode).
+_default_db["OPTIONS"] = {**_default_db["OPTIONS"],
+                          "prepared_statements": envbool("DATABASE_PREPARED_STATEMENTS", "True")}
 _default_db["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME") or None}
 DATABASES = {"default": _default_db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -28,6 +28,7 @@ from oauth2_provider.models import AccessToken
 
 from memoryhub import access
 from memoryhub.access import MEMORY_SCOPES
+from memoryhub.database import prepared
 
 # DOT's tokens are 30 characters; anything far longer is not one of ours and is
 # not worth hashing.
@@ -61,8 +62,9 @@ def access_token_row(token: str) -> AccessToken | None:
     its user and who holds it (access.TOKEN_HOLDER_RELATED), in one statement."""
     if not token or len(token) > MAX_TOKEN_LENGTH:
         return None
-    return access.one_row(
-        AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED).filter(token_checksum=token_checksum(token)))
+    with prepared():
+        return access.one_row(AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED).filter(
+            token_checksum=token_checksum(token)))
 
 
 def token_verified(token: str, *, resource: str) -> VerifiedToken | None:

@@ -58,6 +58,7 @@ from contract import limits
 from contract.receipt_chain import value_hash
 from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
+from memoryhub.database import prepared
 from memoryhub.embeddings import embedder_class, get_embedder
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import (
@@ -1390,7 +1391,7 @@ def _checked_rows(
         scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
     sql, params, names, converters = row_check_statement(
         load_embeddings, connection.timezone_name, connection.timezone).with_scores(scores)
-    with connection.cursor() as cursor:
+    with prepared(), connection.cursor() as cursor:
         cursor.execute(sql, [*params, list(candidates)])
         fetched = cursor.fetchall()
     rows: dict[uuid.UUID, access.FragmentValues] = {}

@@ -1,0 +1,106 @@
+"""Django's PostgreSQL backend with one addition: a statement run inside
+`prepared()` is prepared on its connection the first time that connection
+runs it, and planned from then on as PostgreSQL chooses for a prepared
+statement (a generic plan once it costs no more than planning each run).
+
+For the small statements every call runs again with other values: checking
+a token, finding the caller, a search's row check. Planning each took longer
+than running it (the token's, with the six tables it reads its holder from,
+1.1 ms of 1.3). Everything else runs as Django runs it: its client-side
+binding, nothing prepared (its default, so that a transaction-mode pooler
+between the process and PostgreSQL keeps working).
+
+A prepared statement lives on its connection (psycopg keeps the last 100 of
+each; the pool keeps the connections). Behind a pooler that cannot carry
+prepared statements from one transaction to the next (PgBouncer before 1.21
+in transaction mode), set DATABASE_PREPARED_STATEMENTS=0: `prepared()` then
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.postgresql import base, operations
+from django.db.backends.postgresql.psycopg_any import register_tzloader
+from psycopg.pq import Format
+
+# OPTIONS key (not handed to psycopg): whether `prepared()` prepares.
+PREPARED_STATEMENTS = "prepared_statements"
+
+
+class PreparedCursor(psycopg.Cursor[Any]):
+    """Binds its parameters on the server (psycopg's own cursor, as Django's
+    server-side binding uses) and runs every statement prepared."""
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> Any:
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+class DatabaseOperations(operations.DatabaseOperations):
+    def last_executed_query(self, cursor: Any, sql: str, params: Any) -> str | None:  # type: ignore[override]
+        if isinstance(cursor, PreparedCursor):
+            # What Django's own server-side binding logs: the statement with
+            # its values (psycopg's is the prepared text, with $1, $2...).
+            try:
+                return self.compose_sql(sql, params)
+            except psycopg.DataError:
+                return None
+        return super().last_executed_query(cursor, sql, params)  # type: ignore[no-any-return]
+
+
+class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
+    ops_class = DatabaseOperations
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.preparing = 0
+
+    @property
+    def prepares(self) -> bool:
+        return bool(self.settings_dict["OPTIONS"].get(PREPARED_STATEMENTS, True))
+
+    def get_connection_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = super().get_connection_params()
+        params.pop(PREPARED_STATEMENTS, None)
+        # psycopg prepares nothing while this is None (Django's default); a
+        # number lets PreparedCursor ask. Django's own cursors bind on the
+        # client and never prepare, whatever it is.
+        params["prepare_threshold"] = 5 if self.prepares else None
+        return params
+
+    def create_cursor(self, name: str | None = None) -> Any:
+        if name is not None or not self.preparing or not self.prepares:
+            return super().create_cursor(name)
+        cursor = PreparedCursor(self.connection)
+        # The timestamps' zone, as Django's create_cursor sets it.
+        loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
+        if loader.timezone != self.timezone:
+            register_tzloader(self.timezone, cursor)
+        return cursor
+
+
+@contextmanager
+def prepared(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Statements run inside (by this thread, on `using`) are prepared on
+    their connection. Only for statements whose SQL is the same from one run
+    to the next, with only their parameters changing: each distinct text is
+    prepared once per connection."""
+    wrapper = connections[using]
+    if not isinstance(wrapper, DatabaseWrapper):
+        yield
+        return
+    wrapper.preparing += 1
+    try:
+        yield
+    finally:
+        wrapper.preparing -= 1
+
+
+__all__ = ["DatabaseWrapper", "PreparedCursor", "prepared"]

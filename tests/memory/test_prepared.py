@@ -1,0 +1,134 @@
+"""memoryhub's database backend (memoryhub.database): the statements every
+call repeats with other values (a token's check, finding the caller, a
+search's row check) are prepared on their connection and run prepared from
+then on; every other statement runs as Django runs it; with the setting off
+nothing is prepared, and what is read is the same either way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from memoryhub import access
+from memoryhub.database import prepared
+from memoryhub.database.base import PREPARED_STATEMENTS
+from memoryhub.embeddings import get_embedder
+from memoryhub.oauth.policy import MCP_PATH, resource_url
+from memoryhub.oauth.tokens import token_checksum, token_verified
+from memoryhub.services import search
+from memoryhub.services.search import fragments_search
+from tests.support.tokens import person_mcp_token
+
+RUNS = 3
+
+
+def _prepared() -> dict[str, int]:
+    """This connection's prepared statements: each one's text, and how many
+    times it ran prepared."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements")
+        return dict(cursor.fetchall())
+
+
+def _ran_prepared(before: dict[str, int]) -> dict[str, int]:
+    """The statements that ran prepared since `before`, with how many times."""
+    return {text: runs - before.get(text, 0) for text, runs in _prepared().items() if runs != before.get(text, 0)}
+
+
+@pytest.fixture
+def unprepared() -> Iterator[None]:
+    """The backend as DATABASE_PREPARED_STATEMENTS=0 leaves it."""
+    options = connection.settings_dict["OPTIONS"]
+    was = options.get(PREPARED_STATEMENTS)
+    options[PREPARED_STATEMENTS] = False
+    try:
+        yield
+    finally:
+        options[PREPARED_STATEMENTS] = was
+
+
+def _calls(people, shared_fragment) -> None:  # type: ignore[no-untyped-def]
+    """What an MCP search runs: the token's check, finding its caller, the search."""
+    shared_fragment("The gateway's log rotation runs nightly at 02:00.")
+    raw, _ = person_mcp_token(people.bruno)
+    for _ in range(RUNS):
+        verified = token_verified(raw, resource=resource_url(MCP_PATH))
+        assert verified is not None
+        caller = access.caller_from_principal(tenant=verified.tenant, subject=verified.subject, kind=verified.kind,
+                                              client_id=verified.client_id)
+        assert caller.user == people.bruno
+        assert fragments_search(caller=caller, query="when does log rotation run?").hits
+
+
+def test_the_token_check_the_caller_and_the_row_check_run_prepared_and_nothing_else(people, shared_fragment):
+    before = _prepared()
+    _calls(people, shared_fragment)
+    ran = _ran_prepared(before)
+    token = [text for text in ran if 'FROM "oauth2_provider_accesstoken"' in text]
+    caller = [text for text in ran if 'FROM "memoryhub_user"' in text and '"memoryhub_membership"' in text]
+    row_check = [text for text in ran if 'FROM "memoryhub_fragment"' in text and "= ANY($" in text]
+    assert len(token) == len(caller) == len(row_check) == 1, ran
+    # Each ran prepared every time, with its values as parameters; nothing else was prepared.
+    assert ran == {token[0]: RUNS, caller[0]: RUNS, row_check[0]: RUNS}
+    assert "$1" in token[0] and token_checksum("x")[:8] not in token[0]
+
+
+def test_with_the_setting_off_nothing_is_prepared(people, shared_fragment, unprepared):
+    before = _prepared()
+    _calls(people, shared_fragment)
+    assert _ran_prepared(before) == {}
+    params = connection.get_connection_params()
+    assert params["prepare_threshold"] is None and PREPARED_STATEMENTS not in params
+
+
+@pytest.mark.django_db
+def test_the_connection_lets_only_the_backends_own_cursor_prepare():
+    params = connection.get_connection_params()
+    # psycopg may prepare; Django's cursors bind on the client and never do.
+    assert params["prepare_threshold"] == 5 and PREPARED_STATEMENTS not in params
+    before = _prepared()
+    for _ in range(8):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM memoryhub_tenant WHERE slug = %s", ["nobody"])
+    assert _ran_prepared(before) == {}
+    with prepared():
+        for _ in range(2):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM memoryhub_tenant WHERE slug = %s", ["nobody"])
+                assert cursor.fetchone() == (0,)
+    assert _ran_prepared(before) == {"SELECT count(*) FROM memoryhub_tenant WHERE slug = $1": 2}
+
+
+def test_a_prepared_statement_is_logged_with_its_values(people):
+    raw, _ = person_mcp_token(people.bruno)
+    with CaptureQueriesContext(connection) as queries:
+        assert token_verified(raw, resource=resource_url(MCP_PATH)) is not None
+    assert any(f"'{token_checksum(raw)}'" in query["sql"] for query in queries), queries.captured_queries
+
+
+def _row_check(people, pks) -> dict:  # type: ignore[no-untyped-def]
+    read_query = search.ReadQuery(text="gateway", vector=get_embedder().embed(["gateway"])[0], tsquery=None)
+    policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
+    rows, alarms = search._checked_rows(policy=policy, candidates={pk: search.Candidate() for pk in pks},
+                                        read_query=read_query, load_embeddings=True)
+    assert not alarms
+    return {pk: vars(row) for pk, row in rows.items()}
+
+
+def test_the_row_check_reads_the_same_values_prepared_or_not(people, shared_fragment):
+    pks = [shared_fragment(f"Gateway log rotation note {n}.", resources=[
+        {"id": f"wiki/page-{n}", "title": f"Page {n}", "uri": f"https://wiki.example/{n}"}]).pk for n in range(4)]
+    first = _row_check(people, pks)
+    options = connection.settings_dict["OPTIONS"]
+    was, options[PREPARED_STATEMENTS] = options.get(PREPARED_STATEMENTS), False
+    try:
+        unprepared = _row_check(people, pks)
+    finally:
+        options[PREPARED_STATEMENTS] = was
+    assert set(first) == set(pks) and first == unprepared
+    for _ in range(6):  # past the point where PostgreSQL may choose a generic plan
+        assert _row_check(people, pks) == unprepared
