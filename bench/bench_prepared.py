@@ -1,0 +1,134 @@
+"""Prepared statements on and off, paired in one process.
+
+    python bench/bench_prepared.py                      # 10k and 100k, 200 queries each
+    python bench/bench_prepared.py --sizes 10000 --queries 100
+
+On search_bench.py's corpora (which it builds; run it first), with the same database
+connection: every search runs twice, once with the project's prepared
+statements (memoryhub.database.prepared: the row check) and once without
+(what DATABASE_PREPARED_STATEMENTS=0 leaves), the order alternating from one
+query to the next, so both see the machine at the same moment; then a bearer
+token's check and finding its caller (the two statements an MCP call reads
+before its tool runs) the same way. The backend reads the setting for each
+cursor, so it is switched between calls. The answer of each pair is compared:
+the same hits in the same order, or the run stops.
+
+Reported: p50 and mean of each side, and the median of the paired differences
+(on minus off), which the machine's drift from one moment to the next does
+not move. Results: bench/results/prepared_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from common import bench_database, write_results
+from search_bench import DATA, slug
+
+
+def paired(work: list[Callable[[], Any]]) -> dict:
+    """Run each piece of work prepared and not, alternating which goes first."""
+    from django.db import connection
+
+    from memoryhub.database.base import PREPARED_STATEMENTS
+
+    options = connection.settings_dict["OPTIONS"]
+    was = options.get(PREPARED_STATEMENTS, True)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for index, call in enumerate(work):
+            answers = {}
+            for on in ((True, False) if index % 2 else (False, True)):
+                options[PREPARED_STATEMENTS] = on
+                started = time.perf_counter()
+                answers[on] = call()
+                times[on].append((time.perf_counter() - started) * 1000)
+            if answers[True] != answers[False]:
+                raise RuntimeError(f"the answers differ, prepared and not: {answers}")
+    finally:
+        options[PREPARED_STATEMENTS] = was
+    differences = [on - off for on, off in zip(times[True], times[False], strict=True)]
+
+    def side(values: list[float]) -> dict:
+        return {"p50_ms": round(statistics.median(values), 3), "mean_ms": round(statistics.mean(values), 3)}
+
+    return {"n": len(work), "prepared": side(times[True]), "unprepared": side(times[False]),
+            "paired_difference_median_ms": round(statistics.median(differences), 3)}
+
+
+def run(size: int, queries: list[str], rng: random.Random) -> dict:
+    import secrets
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken, Application, set_token_value
+
+    from memoryhub import access
+    from memoryhub.models import User
+    from memoryhub.services.search import fragments_search
+
+    users = list(User.objects.filter(tenant__slug=slug(size)).order_by("pk"))
+    callers = [access.caller_for_user(user=user) for user in users]
+    readers = [rng.choice(callers) for _ in queries]
+
+    def search(caller: access.Caller, query: str) -> Callable[[], list]:
+        return lambda: [(str(hit.fragment.pk), hit.score) for hit in fragments_search(caller=caller, query=query).hits]
+
+    work = [search(caller, query) for caller, query in zip(readers, queries, strict=True)]
+    for call in work[:10]:  # warm the embedder, the caches and the connection
+        call()
+
+    resource = "http://127.0.0.1:9/mcp"
+    app, _ = Application.objects.get_or_create(name="Prepared bench", defaults={
+        "client_type": Application.CLIENT_PUBLIC, "authorization_grant_type": Application.GRANT_AUTHORIZATION_CODE,
+        "redirect_uris": "http://127.0.0.1:9/cb", "client_secret": "", "hash_client_secret": False})
+    tokens = []
+    for user in users:
+        raw = secrets.token_urlsafe(24)
+        token = AccessToken(application=app, user=user, scope="memory.read", resource=[resource],
+                            expires=timezone.now() + timedelta(hours=1))
+        set_token_value(token, raw)
+        token.save()
+        tokens.append(raw)
+
+    def credential(raw: str) -> Callable[[], tuple]:
+        from memoryhub.oauth.tokens import token_verified
+
+        def check() -> tuple:
+            verified = token_verified(raw, resource=resource)
+            assert verified is not None
+            caller = access.caller_from_principal(tenant=verified.tenant, subject=verified.subject,
+                                                  kind=verified.kind, client_id=verified.client_id)
+            return verified, caller.user.pk  # type: ignore[union-attr]
+        return check
+
+    checks = [credential(rng.choice(tokens)) for _ in queries]
+    for check in checks[:10]:
+        check()
+    return {"fragments": size, "search": paired(work), "token_check_and_caller": paired(checks)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+    data = json.loads(DATA.read_text())
+    results = {}
+    with bench_database():
+        for size in (int(s) for s in args.sizes.split(",")):
+            rng = random.Random(size)
+            queries = [item["query"] for item in rng.sample(data["queries"], min(args.queries, len(data["queries"])))]
+            results[str(size)] = run(size, queries, rng)
+            print(json.dumps(results[str(size)], indent=1), flush=True)
+    print(f"wrote {write_results('prepared_bench', results)}")
+
+
+if __name__ == "__main__":
+    main()
