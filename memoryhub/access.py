@@ -249,7 +249,9 @@ def caller_for_agent(*, agent: Agent, client_id: str = "", subject: str = "") ->
 def admin_named(*, tenant: Tenant, username: str, client_id: str = "") -> Caller:
     """The admin of `tenant` named `username`, as a caller (a command's `--as`);
     refused when there is no such live person or they do not administer it."""
-    user = one_row(User.objects.filter(tenant=tenant, username__iexact=username))
+    # iexact compares upper cases, the unique constraint lower ones: not a
+    # unique key, so the oldest such person, as before.
+    user = User.objects.filter(tenant=tenant, username__iexact=username).order_by("pk").first()
     if user is None:
         raise PermissionDenied(f"No person named {username!r} in this workspace.")
     caller = caller_for_user(user=user, client_id=client_id)

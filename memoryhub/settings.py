@@ -179,7 +179,8 @@ else:
 # The few statements every call runs again with other values (a token's check,
 # finding the caller, a search's row check) are prepared on their connection
 # (memoryhub.database). Off behind a pooler that cannot carry prepared
-# statements between transactions (PgBouncer before 1.21 in transaction mode).
+# statements between transactions (PgBouncer in transaction mode before 1.22,
+# or without max_prepared_statements).
 _default_db["OPTIONS"] = {**_default_db["OPTIONS"],
                           "prepared_statements": envbool("DATABASE_PREPARED_STATEMENTS", "True")}
 _default_db["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME") or None}

@@ -11,10 +11,12 @@ binding, nothing prepared (its default, so that a transaction-mode pooler
 between the process and PostgreSQL keeps working).
 
 A prepared statement lives on its connection (psycopg keeps the last 100 of
-each; the pool keeps the connections). Behind a pooler that cannot carry
-prepared statements from one transaction to the next (PgBouncer before 1.21
-in transaction mode), set DATABASE_PREPARED_STATEMENTS=0: `prepared()` then
-changes nothing.
+each; the pool keeps the connections; a rollback of the connection's
+transaction deallocates them all, and they are prepared again when next
+run). Behind a pooler that cannot carry prepared statements from one
+transaction to the next (PgBouncer in transaction mode before 1.22, or
+without max_prepared_statements), set DATABASE_PREPARED_STATEMENTS=0:
+`prepared()` then changes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from psycopg.pq import Format
 
 # OPTIONS key (not handed to psycopg): whether `prepared()` prepares.
 PREPARED_STATEMENTS = "prepared_statements"
+# psycopg prepares nothing while a connection's prepare_threshold is None; any
+# number lets PreparedCursor ask (it always does). Django's own cursors bind on
+# the client and never prepare.
+PREPARE_WHEN_ASKED = 5
 
 
 class PreparedCursor(psycopg.Cursor[Any]):
@@ -69,10 +75,6 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
     def get_connection_params(self) -> dict[str, Any]:
         params: dict[str, Any] = super().get_connection_params()
         params.pop(PREPARED_STATEMENTS, None)
-        # psycopg prepares nothing while this is None (Django's default); a
-        # number lets PreparedCursor ask. Django's own cursors bind on the
-        # client and never prepare, whatever it is.
-        params["prepare_threshold"] = 5 if self.prepares else None
         return params
 
     def create_cursor(self, name: str | None = None) -> Any:
@@ -91,16 +93,27 @@ def prepared(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     """Statements run inside (by this thread, on `using`) are prepared on
     their connection. Only for statements whose SQL is the same from one run
     to the next, with only their parameters changing: each distinct text is
-    prepared once per connection."""
+    prepared once per connection.
+
+    The connection is opened first, so what runs when one is made (Django's
+    connection_created handlers) runs as Django runs it. psycopg may prepare
+    only inside: outside, its prepare_threshold stays None (Django's default),
+    so it keeps no count of the statements Django sends, whose text holds
+    their values."""
     wrapper = connections[using]
-    if not isinstance(wrapper, DatabaseWrapper):
+    if not isinstance(wrapper, DatabaseWrapper) or not wrapper.prepares:
         yield
         return
+    wrapper.ensure_connection()
     wrapper.preparing += 1
+    if wrapper.preparing == 1:
+        wrapper.connection.prepare_threshold = PREPARE_WHEN_ASKED
     try:
         yield
     finally:
         wrapper.preparing -= 1
+        if wrapper.preparing == 0 and wrapper.connection is not None:
+            wrapper.connection.prepare_threshold = None
 
 
 __all__ = ["DatabaseWrapper", "PreparedCursor", "prepared"]

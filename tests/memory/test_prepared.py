@@ -6,16 +6,20 @@ nothing is prepared, and what is read is the same either way."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 from django.db import connection
+from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memoryhub import access
 from memoryhub.database import prepared
-from memoryhub.database.base import PREPARED_STATEMENTS
+from memoryhub.database.base import PREPARED_STATEMENTS, PreparedCursor
 from memoryhub.embeddings import get_embedder
 from memoryhub.oauth.policy import MCP_PATH, resource_url
 from memoryhub.oauth.tokens import token_checksum, token_verified
@@ -51,8 +55,9 @@ def unprepared() -> Iterator[None]:
         options[PREPARED_STATEMENTS] = was
 
 
-def _calls(people, shared_fragment) -> None:  # type: ignore[no-untyped-def]
-    """What an MCP search runs: the token's check, finding its caller, the search."""
+def _calls(people, shared_fragment) -> str:  # type: ignore[no-untyped-def]
+    """What an MCP search runs: the token's check, finding its caller, the
+    search; the raw token."""
     shared_fragment("The gateway's log rotation runs nightly at 02:00.")
     raw, _ = person_mcp_token(people.bruno)
     for _ in range(RUNS):
@@ -62,11 +67,12 @@ def _calls(people, shared_fragment) -> None:  # type: ignore[no-untyped-def]
                                               client_id=verified.client_id)
         assert caller.user == people.bruno
         assert fragments_search(caller=caller, query="when does log rotation run?").hits
+    return raw
 
 
 def test_the_token_check_the_caller_and_the_row_check_run_prepared_and_nothing_else(people, shared_fragment):
     before = _prepared()
-    _calls(people, shared_fragment)
+    raw = _calls(people, shared_fragment)
     ran = _ran_prepared(before)
     token = [text for text in ran if 'FROM "oauth2_provider_accesstoken"' in text]
     caller = [text for text in ran if 'FROM "memoryhub_user"' in text and '"memoryhub_membership"' in text]
@@ -74,7 +80,8 @@ def test_the_token_check_the_caller_and_the_row_check_run_prepared_and_nothing_e
     assert len(token) == len(caller) == len(row_check) == 1, ran
     # Each ran prepared every time, with its values as parameters; nothing else was prepared.
     assert ran == {token[0]: RUNS, caller[0]: RUNS, row_check[0]: RUNS}
-    assert "$1" in token[0] and token_checksum("x")[:8] not in token[0]
+    # The values are parameters: the token's checksum is not in the prepared text.
+    assert "$1" in token[0] and token_checksum(raw) not in token[0]
 
 
 def test_with_the_setting_off_nothing_is_prepared(people, shared_fragment, unprepared):
@@ -86,27 +93,70 @@ def test_with_the_setting_off_nothing_is_prepared(people, shared_fragment, unpre
 
 
 @pytest.mark.django_db
-def test_the_connection_lets_only_the_backends_own_cursor_prepare():
-    params = connection.get_connection_params()
-    # psycopg may prepare; Django's cursors bind on the client and never do.
-    assert params["prepare_threshold"] == 5 and PREPARED_STATEMENTS not in params
+def test_only_the_backends_own_cursor_prepares_and_only_inside_prepared():
+    assert PREPARED_STATEMENTS not in connection.get_connection_params()
+    connection.ensure_connection()
+    # Outside, psycopg prepares nothing and keeps no count of Django's statements.
+    assert connection.connection.prepare_threshold is None
     before = _prepared()
     for _ in range(8):
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM memoryhub_tenant WHERE slug = %s", ["nobody"])
     assert _ran_prepared(before) == {}
     with prepared():
+        assert connection.connection.prepare_threshold is not None
+        with prepared():  # nested: still preparing when the inner one ends
+            pass
         for _ in range(2):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT count(*) FROM memoryhub_tenant WHERE slug = %s", ["nobody"])
                 assert cursor.fetchone() == (0,)
+    assert connection.connection.prepare_threshold is None
     assert _ran_prepared(before) == {"SELECT count(*) FROM memoryhub_tenant WHERE slug = $1": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_runs_when_a_connection_is_made_is_not_prepared():
+    cursors = []
+
+    def made(sender, connection, **kwargs):  # type: ignore[no-untyped-def]
+        with connection.cursor() as cursor:
+            cursors.append(type(cursor.cursor))
+            cursor.execute("SELECT 1")
+
+    connection.close()
+    connection_created.connect(made)
+    try:
+        with prepared():
+            assert connection.preparing == 1
+            with connection.cursor() as cursor:
+                assert isinstance(cursor.cursor, PreparedCursor)
+    finally:
+        connection_created.disconnect(made)
+    assert connection.preparing == 0
+    assert cursors and not any(issubclass(kind, PreparedCursor) for kind in cursors)
+    assert "SELECT 1" not in _prepared()
+
+
+def test_the_setting_is_read_from_the_environment():
+    code = ("import django; django.setup(); from django.conf import settings; "
+            "print(settings.DATABASES['default']['OPTIONS']['prepared_statements'])")
+    for value, expected in ((None, "True"), ("0", "False"), ("off", "False"), ("1", "True")):
+        env = {key: item for key, item in os.environ.items() if key != "DATABASE_PREPARED_STATEMENTS"}
+        if value is not None:
+            env["DATABASE_PREPARED_STATEMENTS"] = value
+        env["DJANGO_SETTINGS_MODULE"] = "memoryhub.settings"
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                                check=True)
+        assert result.stdout.strip() == expected, (value, result.stderr[-2000:])
 
 
 def test_a_prepared_statement_is_logged_with_its_values(people):
     raw, _ = person_mcp_token(people.bruno)
+    before = _prepared()
     with CaptureQueriesContext(connection) as queries:
         assert token_verified(raw, resource=resource_url(MCP_PATH)) is not None
+    assert any('FROM "oauth2_provider_accesstoken"' in text for text in _ran_prepared(before))
     assert any(f"'{token_checksum(raw)}'" in query["sql"] for query in queries), queries.captured_queries
 
 

@@ -45,6 +45,10 @@ def _linked(rows) -> list[tuple] | None:  # type: ignore[no-untyped-def]
                                       for row in rows]
 
 
+def _fields(instance) -> dict:  # type: ignore[no-untyped-def]
+    return {item.attname: getattr(instance, item.attname) for item in instance._meta.concrete_fields}
+
+
 def _orm_linked(fragment: Fragment) -> dict[str, list[tuple] | None]:
     agents = [(agent.pk, agent.kind, None, None) for agent in fragment.agents.order_by("pk")]
     resources = [(resource.pk, None, resource.external_id, resource.source_id)
@@ -121,6 +125,15 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
                             [agent.name for agent in stored.agents.order_by("pk")],
                             [resource.external_id for resource in stored.resources.order_by("pk")])
         assert fragment.value == stored.value and fragment.created_at == stored.created_at
+        # Every field of every linked row a served fragment carries is the ORM's.
+        linked = 0
+        for pk, row in rows.items():
+            served, stored = search._served(row), Fragment.objects.get(pk=pk)
+            for name in ("agents", "resources"):
+                got = [_fields(item) for item in getattr(served, name).all()]
+                assert got == [_fields(item) for item in getattr(stored, name).order_by("pk")], name
+                linked += len(got)
+        assert linked >= 3
         with django_assert_num_queries(0):
             alone = search._served(rows[own.pk])
             assert (alone.collection, alone.source, list(alone.agents.all()), list(alone.resources.all())) == (
