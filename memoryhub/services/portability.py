@@ -161,10 +161,14 @@ def memory_erase_named(*, caller: Caller, username: str, rewrite_storage: bool =
     return done
 
 
-# Since when the oldest other session of this database holds a snapshot (None: none does).
+# Since when the oldest other session of this database holds back what VACUUM
+# may remove (None: none does): a snapshot, or a transaction id without one (a
+# transaction that wrote, idle between statements at read committed, holds no
+# snapshot, yet VACUUM keeps every row version deleted after it began).
 _OLDEST_SNAPSHOT = """
 SELECT min(coalesce(xact_start, query_start)) FROM pg_stat_activity
- WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
+ WHERE datname = current_database() AND pid <> pg_backend_pid()
+   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
 """
 _CLEANING_LOCK = 0x6D656D6F72796875  # one cleaning run at a time, deployment-wide
 

@@ -160,7 +160,8 @@ def _no_older_snapshot() -> None:
     import time
 
     query = """SELECT pid, state, left(query, 80) FROM pg_stat_activity
-                WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL"""
+                WHERE datname = current_database() AND pid <> pg_backend_pid()
+                  AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)"""
     deadline = time.monotonic() + 20
     while True:
         with connection.cursor() as cursor:
@@ -312,6 +313,35 @@ def test_an_erasure_waits_for_an_older_snapshot_before_it_is_clean():
         with other.cursor() as cursor:
             cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             cursor.execute("SELECT count(*) FROM memoryhub_fragment")
+        portability.memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="bruno")
+        assert portability.storage_clean_due() == 0
+        assert Erasure.objects.get().storage_cleaned_at is None
+    finally:
+        other.close()
+    _no_older_snapshot()
+    assert portability.storage_clean_due() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erasure_waits_for_an_older_writer_that_holds_no_snapshot():
+    """A transaction that wrote before the erasure and sits idle between
+    statements (read committed) holds no snapshot, yet VACUUM keeps every row
+    version deleted after it began: the cleaning waits for it as well."""
+    from django.db import connections
+
+    people = make_people()
+    _write(people.caller(people.bruno), f"My favourite tea is {MARKER} oolong.")
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT txid_current()")  # a transaction id, as a write takes one
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT backend_xmin IS NULL, backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = %s",
+                           [pid])
+            assert cursor.fetchone() == (True, True)
         portability.memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="bruno")
         assert portability.storage_clean_due() == 0
         assert Erasure.objects.get().storage_cleaned_at is None
