@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from urllib.parse import quote, urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DB_MODES, ROOT, bench_database, publish, summary  # noqa: E402
+from common import DB_MODES, ROOT, bench_database, free_port, publish, summary  # noqa: E402
 
 from memoryhub.runtime.children import stop_child  # noqa: E402
 
@@ -55,12 +54,6 @@ FACTS = [
     "Feature flags are cleaned up at the end of every quarter.",
     "Load tests run against staging only, never against production.",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def database_url(settings_dict: dict) -> str:

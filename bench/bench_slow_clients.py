@@ -19,17 +19,11 @@ import sys
 import threading
 import time
 
-from common import ROOT, publish, summary
+from common import ROOT, free_port, publish, summary
 
 from memoryhub.runtime.children import stop_child
 
 HEADING = "## Slow clients"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def slow_client(port: int, stop: threading.Event, cut_off: list[int]) -> None:

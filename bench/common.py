@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import statistics
 import sys
 import time
@@ -45,6 +46,12 @@ def bench_database() -> Iterator[None]:
             yield
         finally:
             connection.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from mcpapi.client import MEMORY_SCOPES, Principal, VerificationThrottled
 from mcpapi.connection import FULL_ENDPOINT
 from mcpapi.ratelimit import RateLimiter
 from memoryhub.runtime.children import stop_child
-from tests.conftest import poll
+from tests.conftest import free_port, poll
 from tests.support.deployments import REAL_DEPLOYMENTS, RealDeployment
 
 from .fakes import mint_token
@@ -119,16 +118,10 @@ def test_a_real_deployment_writes_nothing_past_the_limit(real_deployment: RealDe
     assert real_deployment.writes_by(subject) == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def other_process() -> Iterator[str]:
     """A second gateway in its own process, on the same Redis and key prefix."""
-    port = _free_port()
+    port = free_port()
     root = Path(mcpapi.__file__).resolve().parents[1]
     env = {
         **os.environ,

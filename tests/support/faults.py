@@ -33,6 +33,7 @@ import psycopg
 from memoryhub.runtime import embedded
 from memoryhub.runtime.children import stop_child
 from memoryhub.runtime.leaks import leftover_processes
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_DEADLINE = 25.0
@@ -81,14 +82,6 @@ SEED = textwrap.dedent("""
     out.append({"kind": "source", "name": "wiki", "token": raw})
     print("TOKENS " + json.dumps(out))
 """)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
