@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common import bench_database, write_results
-from search_bench import DATA, slug
+from search_bench import DATA
 
 
 def paired(work: list[Callable[[], Any]]) -> dict:
@@ -63,19 +63,15 @@ def paired(work: list[Callable[[], Any]]) -> dict:
 
 
 def run(size: int, queries: list[str], rng: random.Random) -> dict:
-    import secrets
-    from datetime import timedelta
-
-    from django.utils import timezone
-    from oauth2_provider.models import AccessToken, Application, set_token_value
+    from bench_mcp import tokens_for
 
     from memoryhub import access
-    from memoryhub.models import User
+    from memoryhub.oauth.tokens import token_verified
     from memoryhub.services.search import fragments_search
 
-    users = list(User.objects.filter(tenant__slug=slug(size)).order_by("pk"))
-    callers = [access.caller_for_user(user=user) for user in users]
-    readers = [rng.choice(callers) for _ in queries]
+    base_url = "http://127.0.0.1:9"
+    held = tokens_for(size, base_url)  # (caller, raw access token) for every reader
+    readers = [rng.choice(held)[0] for _ in queries]
 
     def search(caller: access.Caller, query: str) -> Callable[[], list]:
         return lambda: [(str(hit.fragment.pk), hit.score) for hit in fragments_search(caller=caller, query=query).hits]
@@ -84,22 +80,9 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
     for call in work[:10]:  # warm the embedder, the caches and the connection
         call()
 
-    resource = "http://127.0.0.1:9/mcp"
-    app, _ = Application.objects.get_or_create(name="Prepared bench", defaults={
-        "client_type": Application.CLIENT_PUBLIC, "authorization_grant_type": Application.GRANT_AUTHORIZATION_CODE,
-        "redirect_uris": "http://127.0.0.1:9/cb", "client_secret": "", "hash_client_secret": False})
-    tokens = []
-    for user in users:
-        raw = secrets.token_urlsafe(24)
-        token = AccessToken(application=app, user=user, scope="memory.read", resource=[resource],
-                            expires=timezone.now() + timedelta(hours=1))
-        set_token_value(token, raw)
-        token.save()
-        tokens.append(raw)
+    resource = f"{base_url}/mcp"
 
     def credential(raw: str) -> Callable[[], tuple]:
-        from memoryhub.oauth.tokens import token_verified
-
         def check() -> tuple:
             verified = token_verified(raw, resource=resource)
             assert verified is not None
@@ -108,7 +91,7 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
             return verified, caller.user.pk  # type: ignore[union-attr]
         return check
 
-    checks = [credential(rng.choice(tokens)) for _ in queries]
+    checks = [credential(rng.choice(held)[1]) for _ in queries]
     for check in checks[:10]:
         check()
     return {"fragments": size, "search": paired(work), "token_check_and_caller": paired(checks)}

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -43,16 +44,22 @@ def _ran_prepared(before: dict[str, int]) -> dict[str, int]:
     return {text: runs - before.get(text, 0) for text, runs in _prepared().items() if runs != before.get(text, 0)}
 
 
-@pytest.fixture
-def unprepared() -> Iterator[None]:
-    """The backend as DATABASE_PREPARED_STATEMENTS=0 leaves it."""
+@contextmanager
+def _setting_off() -> Iterator[None]:
+    """The backend as DATABASE_PREPARED_STATEMENTS=0 leaves it (it reads the
+    setting each time)."""
     options = connection.settings_dict["OPTIONS"]
-    was = options.get(PREPARED_STATEMENTS)
-    options[PREPARED_STATEMENTS] = False
+    was, options[PREPARED_STATEMENTS] = options.get(PREPARED_STATEMENTS), False
     try:
         yield
     finally:
         options[PREPARED_STATEMENTS] = was
+
+
+@pytest.fixture
+def unprepared() -> Iterator[None]:
+    with _setting_off():
+        yield
 
 
 def _calls(people, shared_fragment) -> str:  # type: ignore[no-untyped-def]
@@ -88,8 +95,9 @@ def test_with_the_setting_off_nothing_is_prepared(people, shared_fragment, unpre
     before = _prepared()
     _calls(people, shared_fragment)
     assert _ran_prepared(before) == {}
-    params = connection.get_connection_params()
-    assert params["prepare_threshold"] is None and PREPARED_STATEMENTS not in params
+    # psycopg is never let prepare, so it keeps no count of the statements either.
+    with prepared():
+        assert connection.connection.prepare_threshold is None
 
 
 @pytest.mark.django_db
@@ -173,12 +181,8 @@ def test_the_row_check_reads_the_same_values_prepared_or_not(people, shared_frag
     pks = [shared_fragment(f"Gateway log rotation note {n}.", resources=[
         {"id": f"wiki/page-{n}", "title": f"Page {n}", "uri": f"https://wiki.example/{n}"}]).pk for n in range(4)]
     first = _row_check(people, pks)
-    options = connection.settings_dict["OPTIONS"]
-    was, options[PREPARED_STATEMENTS] = options.get(PREPARED_STATEMENTS), False
-    try:
+    with _setting_off():
         unprepared = _row_check(people, pks)
-    finally:
-        options[PREPARED_STATEMENTS] = was
     assert set(first) == set(pks) and first == unprepared
     for _ in range(6):  # past the point where PostgreSQL may choose a generic plan
         assert _row_check(people, pks) == unprepared
