@@ -29,7 +29,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.postgresql import base, operations
 from django.db.backends.postgresql.psycopg_any import register_tzloader
-from psycopg.pq import Format
+from psycopg.pq import Format, TransactionStatus
 
 # OPTIONS key (not handed to psycopg): whether `prepared()` prepares.
 PREPARED_STATEMENTS = "prepared_statements"
@@ -39,13 +39,30 @@ PREPARED_STATEMENTS = "prepared_statements"
 PREPARE_WHEN_ASKED = 5
 
 
+# What PostgreSQL answers when a connection's prepared statement is gone or
+# stale: dropped behind psycopg's back (a reset, a pooler), planned with a type
+# that was dropped and made anew (a restore recreates pgvector's), or reading
+# columns that changed.
+STALE = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.InternalError_, psycopg.errors.FeatureNotSupported)
+
+
 class PreparedCursor(psycopg.Cursor[Any]):
     """Binds its parameters on the server (psycopg's own cursor, as Django's
-    server-side binding uses) and runs every statement prepared."""
+    server-side binding uses) and runs every statement prepared. A statement
+    that fails as a stale prepared one would, outside a transaction, is run
+    once more after the connection's prepared statements are dropped
+    (DEALLOCATE ALL, which psycopg sees and forgets its own by); inside one,
+    the failure is raised, and the transaction's rollback drops them."""
 
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Any:
+        try:
+            return super().execute(query, params, prepare=True, binary=binary)
+        except STALE:
+            if self.connection.info.transaction_status != TransactionStatus.IDLE:
+                raise
+        self.connection.execute("DEALLOCATE ALL")
         return super().execute(query, params, prepare=True, binary=binary)
 
 

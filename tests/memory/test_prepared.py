@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -186,3 +186,31 @@ def test_the_row_check_reads_the_same_values_prepared_or_not(people, shared_frag
     assert set(first) == set(pks) and first == unprepared
     for _ in range(6):  # past the point where PostgreSQL may choose a generic plan
         assert _row_check(people, pks) == unprepared
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_whose_prepared_form_is_gone_is_prepared_again():
+    """Prepared statements can vanish or go stale under a connection (a reset
+    or a pooler drops them; a restore makes pgvector's type anew): outside a
+    transaction the statement runs once more, prepared again, and reads the
+    same; inside one the failure is raised and the rollback drops them."""
+    from memoryhub.services.ingest import fragment_ingest
+    from tests.conftest import make_people
+
+    people = make_people()
+    pks = [fragment_ingest(source=people.wiki, value=f"Gateway log rotation note {n}.",
+                           collection=people.collection("runbooks", people.wiki.tenant))[0].pk for n in range(3)]
+    expected = _row_check(people, pks)
+
+    def drop_behind_psycopgs_back() -> None:
+        connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
+        assert _prepared() == {}
+
+    drop_behind_psycopgs_back()
+    assert _row_check(people, pks) == expected
+    assert any("= ANY($" in text for text in _prepared())
+
+    drop_behind_psycopgs_back()
+    with pytest.raises(DatabaseError, match="does not exist"), transaction.atomic():
+        _row_check(people, pks)
+    assert _row_check(people, pks) == expected
