@@ -76,7 +76,7 @@ from django.db.models import Exists, JSONField, Model, OuterRef, Q, QuerySet, Va
 from django.utils import timezone
 
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
-from memoryhub.database import prepared
+from memoryhub.database.lookups import Lookup
 from memoryhub.errors import Conflict, PermissionDenied
 from memoryhub.models import (
     TALLY_HOME,
@@ -259,6 +259,23 @@ def admin_named(*, tenant: Tenant, username: str, client_id: str = "") -> Caller
     return caller
 
 
+# Finding a credential's caller, in one statement each, compiled once per
+# connection and run prepared (memoryhub.database.lookups). A workspace is
+# named by its id, or by its slug when the value is not one (_workspace_id).
+_PERSON_BY_WORKSPACE_ID: Lookup[User] = Lookup(
+    lambda tenant, name: User.objects.select_related("membership__tenant").filter(tenant_id=tenant, username=name),
+    uuid.UUID, str)
+_PERSON_BY_WORKSPACE_SLUG: Lookup[User] = Lookup(
+    lambda tenant, name: User.objects.select_related("membership__tenant").filter(tenant__slug=tenant, username=name),
+    str, str)
+_AGENT_BY_WORKSPACE_ID: Lookup[Agent] = Lookup(
+    lambda tenant, client_id, name: Agent.objects.select_related("tenant").filter(
+        tenant_id=tenant, application__client_id=client_id, name=name), uuid.UUID, str, str)
+_AGENT_BY_WORKSPACE_SLUG: Lookup[Agent] = Lookup(
+    lambda tenant, client_id, name: Agent.objects.select_related("tenant").filter(
+        tenant__slug=tenant, application__client_id=client_id, name=name), str, str, str)
+
+
 def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: str) -> Caller:
     """The domain caller for a verified token's principal.
 
@@ -273,17 +290,18 @@ def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: st
     # the agent with its workspace; the workspace is looked up on its own only
     # to say why nobody was found.
     if kind == "user" and prefix == "user" and name:
-        with prepared():
-            user = one_row(User.objects.select_related("membership__tenant").filter(_in_tenant(tenant), username=name))
+        pk = _workspace_id(tenant)
+        user = (_PERSON_BY_WORKSPACE_ID.first(pk, name) if pk is not None
+                else _PERSON_BY_WORKSPACE_SLUG.first(tenant, name))
         if user is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's person is not in this workspace.")
         membership = _live_membership(user, _read_with(user, "membership"))
         return _person_caller(user, membership, client_id=client_id, subject=subject)
     if kind == "agent" and prefix == "agent" and name and client_id:
-        with prepared():
-            agent = one_row(Agent.objects.select_related("tenant").filter(
-                _in_tenant(tenant), application__client_id=client_id, name=name))
+        pk = _workspace_id(tenant)
+        agent = (_AGENT_BY_WORKSPACE_ID.first(pk, client_id, name) if pk is not None
+                 else _AGENT_BY_WORKSPACE_SLUG.first(tenant, client_id, name))
         if agent is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's agent is not registered in this workspace.")
@@ -304,12 +322,6 @@ def _workspace_id(value: str) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
-
-
-def _in_tenant(value: str) -> Q:
-    """Of the workspace a credential names: by its id, or by its slug when it is not one."""
-    pk = _workspace_id(value)
-    return Q(tenant_id=pk) if pk is not None else Q(tenant__slug=value)
 
 
 def _tenant(value: str) -> Tenant:

@@ -28,7 +28,7 @@ from oauth2_provider.models import AccessToken
 
 from memoryhub import access
 from memoryhub.access import MEMORY_SCOPES
-from memoryhub.database import prepared
+from memoryhub.database.lookups import Lookup
 
 # DOT's tokens are 30 characters; anything far longer is not one of ours and is
 # not worth hashing.
@@ -57,14 +57,19 @@ def token_checksum(raw_token: str) -> str:
     return hashlib.sha256(raw_token.encode("utf-8")).hexdigest()
 
 
+# By its checksum, with its application, its user and who holds it
+# (access.TOKEN_HOLDER_RELATED): compiled once per connection, run prepared.
+_TOKEN_WITH_HOLDER: Lookup[AccessToken] = Lookup(
+    lambda checksum: AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED).filter(
+        token_checksum=checksum), str)
+
+
 def access_token_row(token: str) -> AccessToken | None:
     """The stored token for a raw token, or None: read with its application,
     its user and who holds it (access.TOKEN_HOLDER_RELATED), in one statement."""
     if not token or len(token) > MAX_TOKEN_LENGTH:
         return None
-    with prepared():
-        return access.one_row(AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED).filter(
-            token_checksum=token_checksum(token)))
+    return _TOKEN_WITH_HOLDER.first(token_checksum(token))
 
 
 def token_verified(token: str, *, resource: str) -> VerifiedToken | None:

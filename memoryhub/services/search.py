@@ -748,7 +748,9 @@ class index_settings:
             params.append(self.tenant.pk)
         if not columns:
             return self
-        with phase("prologue"), connection.cursor() as cursor:
+        # Prepared: its text holds none of its values (the caller's ids
+        # included: access.role_audience_sql), so it is one of a few texts.
+        with phase("prologue"), prepared(), connection.cursor() as cursor:
             cursor.execute("SELECT " + ", ".join(columns), params)
             rest = list(cursor.fetchone())
         if self.nested:

@@ -1,6 +1,6 @@
 """memoryhub's database backend (memoryhub.database): the statements every
 call repeats with other values (a token's check, finding the caller, a
-search's row check) are prepared on their connection and run prepared from
+search's prologue and its row check) are prepared on their connection and run prepared from
 then on; every other statement runs as Django runs it; with the setting off
 nothing is prepared, and what is read is the same either way."""
 
@@ -77,16 +77,18 @@ def _calls(people, shared_fragment) -> str:  # type: ignore[no-untyped-def]
     return raw
 
 
-def test_the_token_check_the_caller_and_the_row_check_run_prepared_and_nothing_else(people, shared_fragment):
+def test_a_credentials_lookups_and_a_searchs_prologue_and_row_check_run_prepared_and_nothing_else(
+        people, shared_fragment):
     before = _prepared()
     raw = _calls(people, shared_fragment)
     ran = _ran_prepared(before)
     token = [text for text in ran if 'FROM "oauth2_provider_accesstoken"' in text]
     caller = [text for text in ran if 'FROM "memoryhub_user"' in text and '"memoryhub_membership"' in text]
+    prologue = [text for text in ran if "tsvector_to_array(to_tsvector($" in text and "FROM memoryhub_tenant" in text]
     row_check = [text for text in ran if 'FROM "memoryhub_fragment"' in text and "= ANY($" in text]
-    assert len(token) == len(caller) == len(row_check) == 1, ran
+    assert len(token) == len(caller) == len(prologue) == len(row_check) == 1, ran
     # Each ran prepared every time, with its values as parameters; nothing else was prepared.
-    assert ran == {token[0]: RUNS, caller[0]: RUNS, row_check[0]: RUNS}
+    assert ran == {token[0]: RUNS, caller[0]: RUNS, prologue[0]: RUNS, row_check[0]: RUNS}
     # The values are parameters: the token's checksum is not in the prepared text.
     assert "$1" in token[0] and token_checksum(raw) not in token[0]
 

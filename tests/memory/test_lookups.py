@@ -1,0 +1,163 @@
+"""Lookups compiled once (memoryhub.database.lookups): a credential's token
+with its holder, and the caller it names, read what the ORM reads, related
+rows included, in one statement; compiled once per connection, with only
+the values changing; and a lookup whose values cannot be placed is refused
+when it is compiled."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from django.db.models import Model, Q
+from django.db.models.sql.compiler import SQLCompiler
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, set_token_value
+
+from memoryhub import access
+from memoryhub.database.lookups import Lookup
+from memoryhub.models import Agent, User
+from memoryhub.oauth import tokens
+from memoryhub.oauth.policy import MCP_PATH, resource_url
+from memoryhub.oauth.tokens import token_checksum
+from tests.support.tokens import person_mcp_token
+
+
+def _fields(instance: Model) -> dict[str, Any]:
+    return {item.attname: getattr(instance, item.attname) for item in instance._meta.concrete_fields}
+
+
+def _same_tree(read: Model | None, expected: Model | None, path: str) -> None:
+    """`read` and `expected` hold the same values along `path`
+    (select_related's form), and `read` holds each related row already."""
+    assert (read is None) == (expected is None)
+    if read is None or expected is None:
+        return
+    assert type(read) is type(expected) and _fields(read) == _fields(expected)
+    name, _, rest = path.partition("__")
+    if not name:
+        return
+    field = read._meta.get_field(name)
+    assert field.is_cached(read), f"{name} was not read with {type(read).__name__}"  # type: ignore[union-attr]
+    _same_tree(getattr(read, name, None), getattr(expected, name, None), rest)
+
+
+def _agent_token(agent: Agent) -> str:
+    raw = secrets.token_urlsafe(32)
+    token = AccessToken(application=agent.application, user=None, scope="memory.read",
+                        resource=[resource_url(MCP_PATH)], expires=timezone.now() + dt.timedelta(minutes=15))
+    set_token_value(token, raw)
+    token.save()
+    return raw
+
+
+def test_a_tokens_row_is_read_with_its_holder_as_the_orm_reads_it(people):
+    raws = [person_mcp_token(people.bruno)[0], _agent_token(people.triage_bot.agent)]
+    for raw in raws:
+        with CaptureQueriesContext(connection) as queries:
+            row = tokens.access_token_row(raw)
+            assert row is not None
+            for path in access.TOKEN_HOLDER_RELATED:
+                expected = access.one_row(AccessToken.objects.select_related(path).filter(
+                    token_checksum=token_checksum(raw)))
+                _same_tree(row, expected, path)
+        # The lookup itself was one statement; every related row came with it.
+        assert len(queries) == 1 + len(access.TOKEN_HOLDER_RELATED)
+    assert tokens.access_token_row(raws[0] + "x") is None
+
+
+def test_a_credentials_caller_is_found_in_one_statement_by_its_workspaces_id_or_slug(people):
+    agent = people.triage_bot.agent
+    for tenant in (str(people.acme.pk), people.acme.slug):
+        with CaptureQueriesContext(connection) as queries:
+            person = access.caller_from_principal(tenant=tenant, subject="user:bruno", kind="user",
+                                                  client_id="desk")
+            bot = access.caller_from_principal(tenant=tenant, subject=f"agent:{agent.name}", kind="agent",
+                                               client_id=agent.application.client_id)
+            # The person's membership and its workspace came with them.
+            assert person.user is not None and person.user.membership.tenant == people.acme
+        assert len(queries) == 2, queries.captured_queries
+        assert (person.user, person.tenant, person.subject) == (people.bruno, people.acme, "user:bruno")
+        assert person.user.membership == access.person_membership(people.bruno)
+        assert (bot.agent, bot.tenant) == (agent, people.acme)
+    # Another workspace's name for the same person or agent finds nobody.
+    for tenant in (str(people.globex.pk), people.globex.slug, str(uuid.uuid4()), "no-such-workspace"):
+        with pytest.raises(access.PermissionDenied):
+            access.caller_from_principal(tenant=tenant, subject="user:bruno", kind="user", client_id="desk")
+        with pytest.raises(access.PermissionDenied):
+            access.caller_from_principal(tenant=tenant, subject=f"agent:{agent.name}", kind="agent",
+                                         client_id=agent.application.client_id)
+
+
+def _by_name() -> Lookup[User]:
+    return Lookup(lambda name: User.objects.select_related("membership__tenant").filter(username=name), str)
+
+
+def test_a_lookup_is_compiled_once_per_connection_and_runs_what_django_compiles(people, monkeypatch):
+    compiled = []
+    as_sql = SQLCompiler.as_sql
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        compiled.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counted)
+    lookup = _by_name()
+    for user in (people.bruno, people.cleo, people.carol):
+        with CaptureQueriesContext(connection) as queries:
+            assert lookup.first(user.username) == user
+        # The statement Django compiles for the same queryset with this value, as it logs it.
+        expected = User.objects.select_related("membership__tenant").filter(username=user.username)[:1]
+        sql, params = expected.query.get_compiler(connection=connection).as_sql()
+        assert [query["sql"] for query in queries] == [connection.ops.compose_sql(sql, params)]
+    assert compiled.count(User) == 1 + 3  # the lookup's one, and the three expected statements above
+
+    # Another thread has a connection of its own, and compiles there once.
+    found = []
+
+    def elsewhere() -> None:
+        try:
+            found.extend(lookup.first(name) for name in ("nobody", "nobody else"))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert found == [None, None] and compiled.count(User) == 1 + 3 + 1
+
+
+def test_a_value_is_a_parameter_whatever_it_holds(people):
+    lookup = _by_name()
+    for value in ("bruno' OR '1'='1", "bruno\\", "%", "bruno; DROP TABLE memoryhub_user", "\u00e9\U0001f600"):
+        assert lookup.first(value) is None
+    assert lookup.first("bruno") == people.bruno
+
+
+@pytest.mark.django_db
+def test_a_lookup_whose_values_cannot_be_placed_is_refused():
+    # A value Django changes on its way (contains: %value%), one used twice, one of a kind no
+    # marker stands for, a queryset that is not of model instances.
+    with pytest.raises(ValueError, match="found 0"):
+        Lookup(lambda name: User.objects.filter(username__contains=name), str).first("bruno")
+    with pytest.raises(ValueError, match="found 2"):
+        Lookup(lambda name: User.objects.filter(Q(username=name) | Q(email=name)), str).first("bruno")
+    with pytest.raises(ValueError, match="plain model instances"):
+        Lookup(lambda name: User.objects.filter(username=name).values("pk"), str).first("bruno")  # type: ignore[arg-type, return-value]
+    with pytest.raises(ValueError, match="plain model instances"):
+        Lookup(lambda name: User.objects.filter(username=name).prefetch_related("membership__roles"),
+               str).first("bruno")
+    with pytest.raises(TypeError, match="float"):
+        Lookup(lambda limit: User.objects.filter(pk__gt=limit), float)
+    # Values are checked against the kinds given, and counted.
+    lookup = _by_name()
+    with pytest.raises(TypeError, match="expected a str"):
+        lookup.first(3)
+    with pytest.raises(TypeError, match="takes 1 values"):
+        lookup.first("bruno", "cleo")
