@@ -20,10 +20,12 @@ def raw():  # type: ignore[no-untyped-def]
     return connection.connection
 
 
-def _cancelled(caught, started: float) -> None:  # type: ignore[no-untyped-def]
-    """The statement failed as cancelled, long before it would have ended."""
+def _cancelled(caught) -> None:  # type: ignore[no-untyped-def]
+    """The statement (a pg_sleep(10)) failed as cancelled by a cancel request,
+    which is what ends it before its ten seconds (no statement timeout is
+    set; one would say so)."""
     assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
-    assert time.monotonic() - started < 5
+    assert "canceling statement due to user request" in str(caught.value.__cause__)
 
 
 def _wait_fired(watch: cancel_watch.Watch) -> None:
@@ -109,11 +111,10 @@ def test_a_cancel_that_finds_the_connection_between_statements_is_dropped_by_pos
 
 @pytest.mark.django_db(transaction=True)
 def test_a_statement_running_at_the_deadline_is_cancelled(raw):
-    started = time.monotonic()
-    with cancel_watch.watching(started + 0.2, raw.cancel_safe), pytest.raises(OperationalError) as caught, \
+    with cancel_watch.watching(time.monotonic() + 0.2, raw.cancel_safe), pytest.raises(OperationalError) as caught, \
             connection.cursor() as cursor:
         cursor.execute("SELECT pg_sleep(10)")
-    _cancelled(caught, started)
+    _cancelled(caught)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -121,10 +122,9 @@ def test_a_statement_that_reached_the_server_after_the_first_cancel_is_cancelled
     with cancel_watch.watching(time.monotonic(), raw.cancel_safe) as watch:
         _wait_fired(watch)
         time.sleep(0.05)  # the first cancel found the connection idle and was dropped
-        started = time.monotonic()
         with pytest.raises(OperationalError) as caught, connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(10)")
-    _cancelled(caught, started)
+    _cancelled(caught)
 
 
 @pytest.mark.django_db(transaction=True)
