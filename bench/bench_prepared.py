@@ -1,17 +1,22 @@
-"""Prepared statements on and off, paired in one process.
+"""Prepared statements on and off, and lookups compiled once or each call, paired in one process.
 
     python bench/bench_prepared.py                      # 10k and 100k, 200 queries each
     python bench/bench_prepared.py --sizes 10000 --queries 100
 
 On search_bench.py's corpora (which it builds; run it first), with the same database
 connection: every search runs twice, once with the project's prepared
-statements (memoryhub.database.prepared: the row check) and once without
+statements (memoryhub.database.prepared: the prologue and the row check) and once without
 (what DATABASE_PREPARED_STATEMENTS=0 leaves), the order alternating from one
 query to the next, so both see the machine at the same moment; then a bearer
 token's check and finding its caller (the two statements an MCP call reads
 before its tool runs) the same way. The backend reads the setting for each
 cursor, so it is switched between calls. The answer of each pair is compared:
 the same hits in the same order, or the run stops.
+
+Then the two lookups of a credential (its token with its holder, the
+caller's person), as the product reads them (memoryhub.database.lookups:
+compiled once per connection) and as the ORM compiles the same querysets for
+each call, both prepared, alternated the same way and compared the same way.
 
 Reported: p50 and mean of each side, and the median of the paired differences
 (on minus off), which the machine's drift from one moment to the next does
@@ -54,11 +59,7 @@ def paired(work: list[Callable[[], Any]]) -> dict:
     finally:
         options[PREPARED_STATEMENTS] = was
     differences = [on - off for on, off in zip(times[True], times[False], strict=True)]
-
-    def side(values: list[float]) -> dict:
-        return {"p50_ms": round(statistics.median(values), 3), "mean_ms": round(statistics.mean(values), 3)}
-
-    return {"n": len(work), "prepared": side(times[True]), "unprepared": side(times[False]),
+    return {"n": len(work), "prepared": _side(times[True]), "unprepared": _side(times[False]),
             "paired_difference_median_ms": round(statistics.median(differences), 3)}
 
 
@@ -94,7 +95,61 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
     checks = [credential(rng.choice(held)[1]) for _ in queries]
     for check in checks[:10]:
         check()
-    return {"fragments": size, "search": paired(work), "token_check_and_caller": paired(checks)}
+    lookups = [compiled_or_not(raw) for raw in (rng.choice(held)[1] for _ in queries)]
+    for lookup in lookups[:10]:
+        lookup(True)
+        lookup(False)
+    return {"fragments": size, "search": paired(work), "token_check_and_caller": paired(checks),
+            "lookups_compiled_once": alternated(lookups)}
+
+
+def compiled_or_not(raw: str) -> Callable[[bool], tuple]:
+    """A token's row with its holder and the caller's row, as the product reads
+    them (memoryhub.database.lookups: compiled once per connection), or the
+    same querysets compiled by the ORM for each call; both run prepared."""
+    from oauth2_provider.models import AccessToken
+
+    from memoryhub import access
+    from memoryhub.database import prepared
+    from memoryhub.models import User
+    from memoryhub.oauth.tokens import access_token_row, token_checksum
+
+    def read(compiled_once: bool) -> tuple:
+        if compiled_once:
+            token = access_token_row(raw)
+            assert token is not None and token.user is not None
+            user = access._PERSON_BY_WORKSPACE_ID.first(token.user.tenant_id, token.user.username)
+        else:
+            with prepared():
+                token = access.one_row(AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED).filter(
+                    token_checksum=token_checksum(raw)))
+                assert token is not None and token.user is not None
+                user = access.one_row(User.objects.select_related("membership__tenant").filter(
+                    tenant_id=token.user.tenant_id, username=token.user.username))
+        assert user is not None
+        return token.pk, token.user.membership.tenant_id, user.pk, user.membership.tenant_id
+    return read
+
+
+def alternated(work: list[Callable[[bool], Any]]) -> dict:
+    """Each piece of work both ways (True, then False, or the reverse,
+    alternating), the answers compared; reported as `paired` reports."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for index, call in enumerate(work):
+        answers = {}
+        for way in ((True, False) if index % 2 else (False, True)):
+            started = time.perf_counter()
+            answers[way] = call(way)
+            times[way].append((time.perf_counter() - started) * 1000)
+        if answers[True] != answers[False]:
+            raise RuntimeError(f"the answers differ: {answers}")
+    differences = [on - off for on, off in zip(times[True], times[False], strict=True)]
+    return {"n": len(work), "compiled_once": _side(times[True]), "compiled_each_call": _side(times[False]),
+            "paired_difference_median_ms": round(statistics.median(differences), 3)}
+
+
+def _side(values: list[float]) -> dict:
+    return {"p50_ms": round(statistics.median(values), 3), "mean_ms": round(statistics.mean(values), 3)}
 
 
 def main() -> None:

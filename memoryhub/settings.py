@@ -177,8 +177,8 @@ if DATABASE_POOL:
 else:
     _default_db["CONN_MAX_AGE"] = envint("DATABASE_CONN_MAX_AGE", 0)
 # The few statements every call runs again with other values (a token's check,
-# finding the caller, a search's row check) are prepared on their connection
-# (memoryhub.database). Off behind a pooler that cannot carry prepared
+# finding the caller, a search's prologue and row check) are prepared on their
+# connection (memoryhub.database). Off behind a pooler that cannot carry prepared
 # statements between transactions (PgBouncer in transaction mode before 1.22,
 # or without max_prepared_statements).
 _default_db["OPTIONS"] = {**_default_db["OPTIONS"],
