@@ -30,9 +30,11 @@ from memoryhub.database.base import prepared
 
 M = TypeVar("M", bound=Model)
 
-# The value types a lookup's marker can stand for: each is compared by type
-# and value among the compiled parameters, and must be found exactly once.
-KINDS: tuple[type, ...] = (str, uuid.UUID, int)
+# The value types a lookup's marker can stand for. Django hands a str or a
+# UUID filter value to the statement as the same object, so each marker is
+# found among the compiled parameters by identity: a value changed on its way
+# (lowered, stripped, wrapped in %...%) is a new object and is not found.
+KINDS: tuple[type, ...] = (str, uuid.UUID)
 
 
 def _marker(kind: type) -> Any:
@@ -40,8 +42,6 @@ def _marker(kind: type) -> Any:
         return f"memoryhub-lookup-marker-{secrets.token_hex(16)}"
     if kind is uuid.UUID:
         return uuid.uuid4()
-    if kind is int:
-        return -(2**62) - secrets.randbelow(2**60)
     raise TypeError(f"a lookup takes values of {', '.join(k.__name__ for k in KINDS)}, not {kind.__name__}")
 
 
@@ -62,11 +62,14 @@ class Compiled:
 
 
 class Lookup(Generic[M]):
-    """`build(*values)`: the queryset, with each value used once as a
-    parameter (a filter's value); `kinds`: their types (KINDS). Compiling
-    fails when a value is not found exactly once among the parameters (a
-    value Django changes on its way, or one written into the SQL), and for a
-    queryset that is not a plain one of model instances."""
+    """`build(*values)`: the queryset, with each value used once, as it is,
+    as a parameter (a filter's value); `kinds`: their types (KINDS). Compiling
+    fails when a value is not found exactly once among the parameters as the
+    very object given (a value Django or the build changes on its way), when
+    it is also found inside another parameter or in the SQL, and for a
+    queryset that is not a plain one of model instances. It runs on the
+    default database unless `using` names another (the project has no
+    database routers)."""
 
     def __init__(self, build: Callable[..., QuerySet[M]], *kinds: type) -> None:
         self._build = build
@@ -84,7 +87,7 @@ class Lookup(Generic[M]):
         if len(values) != len(self._kinds):
             raise TypeError(f"this lookup takes {len(self._kinds)} values, not {len(values)}")
         for value, kind in zip(values, self._kinds, strict=True):
-            if type(value) is not kind:
+            if not isinstance(value, kind):
                 raise TypeError(f"expected a {kind.__name__}, got a {type(value).__name__}")
         alias = using or DEFAULT_DB_ALIAS
         wrapper = connections[alias]
@@ -111,9 +114,13 @@ class Lookup(Generic[M]):
         sql, params = compiler.as_sql()
         places = []
         for marker in markers:
-            found = [index for index, param in enumerate(params) if type(param) is type(marker) and param == marker]
-            if len(found) != 1 or str(marker) in sql:
-                raise ValueError(f"a lookup's value must be one parameter of its statement: found {len(found)}")
+            found = [index for index, param in enumerate(params) if param is marker]
+            if len(found) != 1:
+                raise ValueError(
+                    f"a lookup's value must be one parameter of its statement, as given: found {len(found)}")
+            if str(marker) in sql or any(isinstance(param, str) and param is not marker and str(marker) in param
+                                         for param in params):
+                raise ValueError("a lookup's value is also in its statement in another form")
             places.append(found[0])
         klass_info, select = compiler.klass_info, compiler.select
         fields = klass_info["select_fields"]

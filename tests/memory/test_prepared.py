@@ -6,6 +6,7 @@ nothing is prepared, and what is read is the same either way."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -168,6 +169,37 @@ def test_a_prepared_statement_is_logged_with_its_values(people):
         assert token_verified(raw, resource=resource_url(MCP_PATH)) is not None
     assert any('FROM "oauth2_provider_accesstoken"' in text for text in _ran_prepared(before))
     assert any(f"'{token_checksum(raw)}'" in query["sql"] for query in queries), queries.captured_queries
+
+
+def _prologue(caller, query: str) -> tuple:  # type: ignore[no-untyped-def]
+    """What a search's first statement reads, and whether it ran prepared."""
+    before = _prepared()
+    tenant = caller.tenant
+    with search.index_settings(query=query, tenant=tenant, caller=caller) as read:
+        settings = (tenant.judgment_plane, tenant.relevance_floor, tenant.stale_policy)
+        answer = (read.lexemes, read.audience, settings, read.saved)
+    ran = any("tsvector_to_array(to_tsvector($" in text for text in _ran_prepared(before))
+    return answer, ran
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_prologue_reads_the_same_values_prepared_or_not():
+    """On its own (no transaction) and inside one that goes on (a savepoint,
+    with the planner settings it restores), for a person and an agent."""
+    from tests.conftest import make_people
+
+    people = make_people()
+    query = "Would the gateway's state-of-the-art rotation, at 02:00, keep O'Brien's logs?"
+    for caller in (people.caller(people.bruno), people.caller(people.ada), people.caller(people.triage_bot)):
+        for nested in (False, True):
+            with transaction.atomic() if nested else contextlib.nullcontext(), \
+                    transaction.atomic() if nested else contextlib.nullcontext():
+                answer, ran = _prologue(caller, query)
+                with _setting_off():
+                    unprepared, ran_unprepared = _prologue(caller, query)
+            assert ran and not ran_unprepared
+            assert answer == unprepared
+            assert answer[0] and answer[1].role_names and (answer[3] != {}) == nested, answer
 
 
 def _row_check(people, pks) -> dict:  # type: ignore[no-untyped-def]
