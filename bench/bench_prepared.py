@@ -45,22 +45,17 @@ def paired(work: list[Callable[[], Any]]) -> dict:
 
     options = connection.settings_dict["OPTIONS"]
     was = options.get(PREPARED_STATEMENTS, True)
-    times: dict[bool, list[float]] = {True: [], False: []}
+
+    def switched(call: Callable[[], Any]) -> Callable[[bool], Any]:
+        def run(on: bool) -> Any:
+            options[PREPARED_STATEMENTS] = on
+            return call()
+        return run
+
     try:
-        for index, call in enumerate(work):
-            answers = {}
-            for on in ((True, False) if index % 2 else (False, True)):
-                options[PREPARED_STATEMENTS] = on
-                started = time.perf_counter()
-                answers[on] = call()
-                times[on].append((time.perf_counter() - started) * 1000)
-            if answers[True] != answers[False]:
-                raise RuntimeError(f"the answers differ, prepared and not: {answers}")
+        return alternated([switched(call) for call in work], names=("prepared", "unprepared"))
     finally:
         options[PREPARED_STATEMENTS] = was
-    differences = [on - off for on, off in zip(times[True], times[False], strict=True)]
-    return {"n": len(work), "prepared": _side(times[True]), "unprepared": _side(times[False]),
-            "paired_difference_median_ms": round(statistics.median(differences), 3)}
 
 
 def run(size: int, queries: list[str], rng: random.Random) -> dict:
@@ -100,7 +95,7 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
         lookup(True)
         lookup(False)
     return {"fragments": size, "search": paired(work), "token_check_and_caller": paired(checks),
-            "lookups_compiled_once": alternated(lookups)}
+            "lookups_compiled_once": alternated(lookups, names=("compiled_once", "compiled_each_call"))}
 
 
 def compiled_or_not(raw: str) -> Callable[[bool], tuple]:
@@ -118,7 +113,7 @@ def compiled_or_not(raw: str) -> Callable[[bool], tuple]:
         if compiled_once:
             token = access_token_row(raw)
             assert token is not None and token.user is not None
-            user = access._PERSON_BY_WORKSPACE_ID.first(token.user.tenant_id, token.user.username)
+            user = access._PERSON_IN_WORKSPACE.by_id.first(token.user.tenant_id, token.user.username)
         else:
             with prepared():
                 token = access.one_row(AccessToken.objects.select_related(*access.TOKEN_HOLDER_RELATED).filter(
@@ -131,9 +126,10 @@ def compiled_or_not(raw: str) -> Callable[[bool], tuple]:
     return read
 
 
-def alternated(work: list[Callable[[bool], Any]]) -> dict:
+def alternated(work: list[Callable[[bool], Any]], *, names: tuple[str, str]) -> dict:
     """Each piece of work both ways (True, then False, or the reverse,
-    alternating), the answers compared; reported as `paired` reports."""
+    alternating), the answers compared: each way's p50 and mean (under
+    `names`) and the median of the paired differences (True minus False)."""
     times: dict[bool, list[float]] = {True: [], False: []}
     for index, call in enumerate(work):
         answers = {}
@@ -144,12 +140,10 @@ def alternated(work: list[Callable[[bool], Any]]) -> dict:
         if answers[True] != answers[False]:
             raise RuntimeError(f"the answers differ: {answers}")
     differences = [on - off for on, off in zip(times[True], times[False], strict=True)]
-    return {"n": len(work), "compiled_once": _side(times[True]), "compiled_each_call": _side(times[False]),
+    return {"n": len(work), **{name: {"p50_ms": round(statistics.median(times[way]), 3),
+                                      "mean_ms": round(statistics.mean(times[way]), 3)}
+                               for name, way in zip(names, (True, False), strict=True)},
             "paired_difference_median_ms": round(statistics.median(differences), 3)}
-
-
-def _side(values: list[float]) -> dict:
-    return {"p50_ms": round(statistics.median(values), 3), "mean_ms": round(statistics.mean(values), 3)}
 
 
 def main() -> None:

@@ -64,10 +64,10 @@ import datetime as dt
 import functools
 import json
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Collection as CollectionOf
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from django.contrib.postgres.expressions import ArraySubquery
 from django.core.exceptions import ObjectDoesNotExist
@@ -260,20 +260,27 @@ def admin_named(*, tenant: Tenant, username: str, client_id: str = "") -> Caller
 
 
 # Finding a credential's caller, in one statement each, compiled once per
-# connection and run prepared (memoryhub.database.lookups). A workspace is
-# named by its id, or by its slug when the value is not one (_workspace_id).
-_PERSON_BY_WORKSPACE_ID: Lookup[User] = Lookup(
-    lambda tenant, name: User.objects.select_related("membership__tenant").filter(tenant_id=tenant, username=name),
-    uuid.UUID, str)
-_PERSON_BY_WORKSPACE_SLUG: Lookup[User] = Lookup(
-    lambda tenant, name: User.objects.select_related("membership__tenant").filter(tenant__slug=tenant, username=name),
-    str, str)
-_AGENT_BY_WORKSPACE_ID: Lookup[Agent] = Lookup(
-    lambda tenant, client_id, name: Agent.objects.select_related("tenant").filter(
-        tenant_id=tenant, application__client_id=client_id, name=name), uuid.UUID, str, str)
-_AGENT_BY_WORKSPACE_SLUG: Lookup[Agent] = Lookup(
-    lambda tenant, client_id, name: Agent.objects.select_related("tenant").filter(
-        tenant__slug=tenant, application__client_id=client_id, name=name), str, str, str)
+# connection and run prepared (memoryhub.database.lookups).
+class _InWorkspace(Generic[M]):
+    """A lookup of one of a workspace's rows, by the workspace a credential
+    names: its id, or its slug when the value is not one (_workspace_id).
+    `build(workspace, *values)`: the queryset, given the Q that finds the
+    workspace's rows."""
+
+    def __init__(self, build: Callable[..., QuerySet[M]], *kinds: type) -> None:
+        self.by_id: Lookup[M] = Lookup(lambda pk, *values: build(Q(tenant_id=pk), *values), uuid.UUID, *kinds)
+        self.by_slug: Lookup[M] = Lookup(lambda slug, *values: build(Q(tenant__slug=slug), *values), str, *kinds)
+
+    def first(self, workspace: str, *values: Any) -> M | None:
+        pk = _workspace_id(workspace)
+        return self.by_id.first(pk, *values) if pk is not None else self.by_slug.first(workspace, *values)
+
+
+_PERSON_IN_WORKSPACE: _InWorkspace[User] = _InWorkspace(
+    lambda workspace, name: User.objects.select_related("membership__tenant").filter(workspace, username=name), str)
+_AGENT_IN_WORKSPACE: _InWorkspace[Agent] = _InWorkspace(
+    lambda workspace, client_id, name: Agent.objects.select_related("tenant").filter(
+        workspace, application__client_id=client_id, name=name), str, str)
 
 
 def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: str) -> Caller:
@@ -290,18 +297,14 @@ def caller_from_principal(*, tenant: str, subject: str, kind: str, client_id: st
     # the agent with its workspace; the workspace is looked up on its own only
     # to say why nobody was found.
     if kind == "user" and prefix == "user" and name:
-        pk = _workspace_id(tenant)
-        user = (_PERSON_BY_WORKSPACE_ID.first(pk, name) if pk is not None
-                else _PERSON_BY_WORKSPACE_SLUG.first(tenant, name))
+        user = _PERSON_IN_WORKSPACE.first(tenant, name)
         if user is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's person is not in this workspace.")
         membership = _live_membership(user, _read_with(user, "membership"))
         return _person_caller(user, membership, client_id=client_id, subject=subject)
     if kind == "agent" and prefix == "agent" and name and client_id:
-        pk = _workspace_id(tenant)
-        agent = (_AGENT_BY_WORKSPACE_ID.first(pk, client_id, name) if pk is not None
-                 else _AGENT_BY_WORKSPACE_SLUG.first(tenant, client_id, name))
+        agent = _AGENT_IN_WORKSPACE.first(tenant, client_id, name)
         if agent is None:
             _tenant(tenant)
             raise PermissionDenied("The credential's agent is not registered in this workspace.")

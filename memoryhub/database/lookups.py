@@ -80,10 +80,6 @@ class Lookup(Generic[M]):
     def first(self, *values: Any, using: str | None = None) -> M | None:
         """The one row a lookup by a unique key finds (LIMIT 1), or None, on
         `using` (the default database unless named)."""
-        rows = self._rows(values, using=using)
-        return rows[0] if rows else None
-
-    def _rows(self, values: Sequence[Any], *, using: str | None) -> list[M]:
         if len(values) != len(self._kinds):
             raise TypeError(f"this lookup takes {len(self._kinds)} values, not {len(values)}")
         for value, kind in zip(values, self._kinds, strict=True):
@@ -91,17 +87,22 @@ class Lookup(Generic[M]):
                 raise TypeError(f"expected a {kind.__name__}, got a {type(value).__name__}")
         alias = using or DEFAULT_DB_ALIAS
         wrapper = connections[alias]
-        compiled = _cache(wrapper).get(self)
+        # Compiled on the thread's own connection wrapper, once.
+        cache: dict[Lookup[Any], Compiled] = wrapper.__dict__.setdefault("compiled_lookups", {})
+        compiled = cache.get(self)
         if compiled is None:
-            compiled = _cache(wrapper)[self] = self._compile(alias)
+            compiled = cache[self] = self._compile(alias)
         params = list(compiled.params)
         for place, value in zip(compiled.places, values, strict=True):
             params[place] = value
         with prepared(alias), wrapper.cursor() as cursor:
             cursor.execute(compiled.sql, params)
-            fetched = cursor.fetchall()
-        rows = compiled.compiler.apply_converters(fetched, compiled.converters) if compiled.converters else fetched
-        return [_instance(compiled, row, alias) for row in rows]
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        if compiled.converters:
+            row = next(compiled.compiler.apply_converters([row], compiled.converters))
+        return _instance(compiled, row, alias)
 
     def _compile(self, alias: str) -> Compiled:
         markers = [_marker(kind) for kind in self._kinds]
@@ -136,19 +137,10 @@ class Lookup(Generic[M]):
         )
 
 
-def _cache(wrapper: Any) -> dict[Lookup[Any], Compiled]:
-    """The lookups compiled on this connection (its wrapper is the thread's own)."""
-    cache: dict[Lookup[Any], Compiled] | None = getattr(wrapper, "compiled_lookups", None)
-    if cache is None:
-        cache = {}
-        wrapper.compiled_lookups = cache
-    return cache
-
-
 def _instance(compiled: Compiled, row: Sequence[Any], alias: str) -> Any:
     """A row built as Django's ModelIterable builds it."""
     klass = compiled.compiler.klass_info["model"]
-    instance = klass.from_db(alias, list(compiled.init_list), row[compiled.model_slice])
+    instance = klass.from_db(alias, compiled.init_list, row[compiled.model_slice])
     for populator in compiled.populators:
         populator.populate(row, instance)
     for name, position in compiled.annotations:

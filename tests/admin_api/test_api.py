@@ -18,8 +18,7 @@ from memoryhub.oauth.policy import admin_api_url
 from memoryhub.services import access_rules, agents, collections, connected_apps, members, roles, sources
 from tests.admin_api.conftest import AdminAPI, admin_api_for, authorised, person_client, state
 from tests.ingest.conftest import client_credentials_token
-from tests.oauth.conftest import make_token
-from tests.support.tokens import person_mcp_token
+from tests.support.tokens import make_token, person_mcp_token
 
 
 def _fragment(people, collection: str, value: str = "The runbook lives in the wiki.") -> Fragment:

@@ -7,19 +7,15 @@ when it is compiled."""
 
 from __future__ import annotations
 
-import datetime as dt
-import secrets
 import threading
 import uuid
-from typing import Any
 
 import pytest
 from django.db import connection, connections
 from django.db.models import Model, Q
 from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
-from oauth2_provider.models import AccessToken, set_token_value
+from oauth2_provider.models import AccessToken
 
 from memoryhub import access
 from memoryhub.database.lookups import Lookup
@@ -27,11 +23,8 @@ from memoryhub.models import Agent, User
 from memoryhub.oauth import tokens
 from memoryhub.oauth.policy import MCP_PATH, resource_url
 from memoryhub.oauth.tokens import token_checksum
-from tests.support.tokens import person_mcp_token
-
-
-def _fields(instance: Model) -> dict[str, Any]:
-    return {item.attname: getattr(instance, item.attname) for item in instance._meta.concrete_fields}
+from tests.support.rows import field_values
+from tests.support.tokens import make_token, person_mcp_token
 
 
 def _same_tree(read: Model | None, expected: Model | None, path: str) -> None:
@@ -40,7 +33,7 @@ def _same_tree(read: Model | None, expected: Model | None, path: str) -> None:
     assert (read is None) == (expected is None)
     if read is None or expected is None:
         return
-    assert type(read) is type(expected) and _fields(read) == _fields(expected)
+    assert type(read) is type(expected) and field_values(read) == field_values(expected)
     name, _, rest = path.partition("__")
     if not name:
         return
@@ -49,17 +42,10 @@ def _same_tree(read: Model | None, expected: Model | None, path: str) -> None:
     _same_tree(getattr(read, name, None), getattr(expected, name, None), rest)
 
 
-def _agent_token(agent: Agent) -> str:
-    raw = secrets.token_urlsafe(32)
-    token = AccessToken(application=agent.application, user=None, scope="memory.read",
-                        resource=[resource_url(MCP_PATH)], expires=timezone.now() + dt.timedelta(minutes=15))
-    set_token_value(token, raw)
-    token.save()
-    return raw
-
-
 def test_a_tokens_row_is_read_with_its_holder_as_the_orm_reads_it(people):
-    raws = [person_mcp_token(people.bruno)[0], _agent_token(people.triage_bot.agent)]
+    raws = [person_mcp_token(people.bruno)[0],
+            make_token(application=people.triage_bot.agent.application, user=None, scope="memory.read",
+                       resource=[resource_url(MCP_PATH)])]
     for raw in raws:
         with CaptureQueriesContext(connection) as queries:
             row = tokens.access_token_row(raw)
@@ -96,22 +82,22 @@ def test_the_callers_lookups_read_what_the_orm_reads(people):
     for user in (people.bruno, people.ada, loner):
         expected = access.one_row(User.objects.select_related("membership__tenant").filter(
             tenant_id=people.acme.pk, username=user.username))
-        for read in (access._PERSON_BY_WORKSPACE_ID.first(people.acme.pk, user.username),
-                     access._PERSON_BY_WORKSPACE_SLUG.first(people.acme.slug, user.username)):
+        for read in (access._PERSON_IN_WORKSPACE.by_id.first(people.acme.pk, user.username),
+                     access._PERSON_IN_WORKSPACE.by_slug.first(people.acme.slug, user.username)):
             with CaptureQueriesContext(connection) as queries:
                 _same_tree(read, expected, "membership__tenant")
             assert len(queries) == 0, queries.captured_queries
     expected_agent = access.one_row(Agent.objects.select_related("tenant").filter(
         tenant_id=people.acme.pk, application__client_id=agent.application.client_id, name=agent.name))
     for read_agent in (
-            access._AGENT_BY_WORKSPACE_ID.first(people.acme.pk, agent.application.client_id, agent.name),
-            access._AGENT_BY_WORKSPACE_SLUG.first(people.acme.slug, agent.application.client_id, agent.name)):
+            access._AGENT_IN_WORKSPACE.by_id.first(people.acme.pk, agent.application.client_id, agent.name),
+            access._AGENT_IN_WORKSPACE.by_slug.first(people.acme.slug, agent.application.client_id, agent.name)):
         with CaptureQueriesContext(connection) as queries:
             _same_tree(read_agent, expected_agent, "tenant")
         assert len(queries) == 0
     # Another workspace's id or slug finds neither.
-    assert access._PERSON_BY_WORKSPACE_ID.first(people.globex.pk, "bruno") is None
-    assert access._AGENT_BY_WORKSPACE_SLUG.first(people.globex.slug, agent.application.client_id, agent.name) is None
+    assert access._PERSON_IN_WORKSPACE.first(str(people.globex.pk), "bruno") is None
+    assert access._AGENT_IN_WORKSPACE.first(people.globex.slug, agent.application.client_id, agent.name) is None
     # Another workspace's name for the same person or agent finds nobody.
     for tenant in (str(people.globex.pk), people.globex.slug, str(uuid.uuid4()), "no-such-workspace"):
         with pytest.raises(access.PermissionDenied):

@@ -19,6 +19,7 @@ from memoryhub.embeddings import get_embedder
 from memoryhub.models import Fragment
 from memoryhub.services import ingest, search
 from tests.memory.conftest import private_fragment
+from tests.support.rows import field_values
 
 
 def _candidates(pks) -> dict[uuid.UUID, search.Candidate]:  # type: ignore[no-untyped-def]
@@ -43,10 +44,6 @@ def _linked(rows) -> list[tuple] | None:  # type: ignore[no-untyped-def]
     """Linked JSON rows as what the check and fusion read of them."""
     return None if rows is None else [(row["id"], row.get("kind"), row.get("external_id"), row.get("source_id"))
                                       for row in rows]
-
-
-def _fields(instance) -> dict:  # type: ignore[no-untyped-def]
-    return {item.attname: getattr(instance, item.attname) for item in instance._meta.concrete_fields}
 
 
 def _orm_linked(fragment: Fragment) -> dict[str, list[tuple] | None]:
@@ -130,8 +127,8 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
         for pk, row in rows.items():
             served, stored = search._served(row), Fragment.objects.get(pk=pk)
             for name in ("agents", "resources"):
-                got = [_fields(item) for item in getattr(served, name).all()]
-                assert got == [_fields(item) for item in getattr(stored, name).order_by("pk")], name
+                got = [field_values(item) for item in getattr(served, name).all()]
+                assert got == [field_values(item) for item in getattr(stored, name).order_by("pk")], name
                 linked += len(got)
         assert linked >= 3
         with django_assert_num_queries(0):

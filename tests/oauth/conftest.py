@@ -11,13 +11,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
-from datetime import timedelta
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.test import Client
-from django.utils import timezone
-from oauth2_provider.models import AccessToken, Application, set_token_value
+from oauth2_provider.models import AccessToken, Application
 
 from memoryhub.models import User
 from memoryhub.oauth.tokens import token_checksum
@@ -135,12 +133,3 @@ def stored_token(raw: str) -> AccessToken:
     return AccessToken.objects.get(token_checksum=token_checksum(raw))
 
 
-def make_token(*, application: Application, user: User | None, scope: str, resource: list[str],
-               expires_in: int = 900) -> str:
-    """An access token written straight to the database, for verifier tests."""
-    raw = secrets.token_urlsafe(24)
-    token = AccessToken(application=application, user=user, scope=scope, resource=resource,
-                        expires=timezone.now() + timedelta(seconds=expires_in))
-    set_token_value(token, raw)
-    token.save()
-    return raw

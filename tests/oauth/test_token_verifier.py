@@ -14,8 +14,8 @@ from tests.oauth.conftest import (
     authorization_code,
     client_credentials,
     exchange_code,
-    make_token,
 )
+from tests.support.tokens import make_token
 
 FULL = f"{TEST_ORIGIN}/mcp"
 READONLY = f"{TEST_ORIGIN}/mcp/readonly"
