@@ -76,11 +76,13 @@ __all__ = [
     "default_embedder",
     "embedder_class",
     "get_embedder",
+    "leaves_a_core",
     "model_dir",
     "onnx_cache_dir",
     "prepare_embedder",
     "prepare_onnx_model",
     "reset_embedder",
+    "usable_cores",
 ]
 
 logger = logging.getLogger(__name__)
@@ -171,14 +173,29 @@ def _count_setting(name: str) -> int | None:
     return number
 
 
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def leaves_a_core(embedder: Embedder) -> bool:
+    """Whether `embedder` encodes on fewer threads than this process has
+    cores, so that other work goes on at full speed while it runs (a search
+    embeds its query alongside its first statement only then). An embedder
+    that does not say how many threads it takes (`threads`) is taken to take
+    them all."""
+    threads = getattr(embedder, "threads", None)
+    return isinstance(threads, int) and threads < usable_cores()
+
+
 def _default_threads() -> int:
     configured = _count_setting("MEMORYHUB_EMBEDDER_THREADS")
     if configured:
         return configured
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    cpus = usable_cores()
     # A web worker gets its share of the cores (MEMORYHUB_CORES_PER_PROCESS, set by
     # mcpapi.serving): with one worker per core, two threads each make the workers
     # wait on each other's spinning threads. On the 2-core target, one thread per
@@ -627,9 +644,9 @@ class MiniLMOnnxEmbedder:
         threads: int | None = None,
     ) -> None:
         self.model_path = prepare_onnx_model(self.variant, data_dir)
-        self._runner = _OnnxRunner(
-            self.model_path, model_dir(), threads or _default_threads(), batch_size=self.batch_size
-        )
+        # The encoder's threads (onnxruntime's intra-op pool, the caller's own included).
+        self.threads = threads or _default_threads()
+        self._runner = _OnnxRunner(self.model_path, model_dir(), self.threads, batch_size=self.batch_size)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         batch = _check_texts(texts)

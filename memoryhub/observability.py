@@ -34,8 +34,11 @@ _SANE_ID = re.compile(r"[A-Za-z0-9._-]{8,64}")
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
 
 SEARCH_PHASE_SECONDS = Histogram("memoryhub_search_phase_seconds",
-                                 "Time in each phase of a search (embedding; prologue: its first statement, "
+                                 "Time in each phase of a search (embedding, on a thread of its own where "
+                                 "the encoder leaves a core, and embedding_wait: how long the read then "
+                                 "waited for it; prologue: its first statement, "
                                  "the workspace's settings, the query's lexemes and the caller's roles; "
+                                 "index_compile: both pools' statement compiled, alongside the embedding; "
                                  "index_query: both pools in one statement, or vector_query and lexical_query "
                                  "when one pool answers; row_check; serving: the served hits built with their "
                                  "provenance; receipt)", ["phase"], buckets=SECONDS)

@@ -3,13 +3,14 @@
 A read, in order:
 
 1. validate every argument against the contract's limits;
-2. embed the query (before any statement: it is most of the cost, and it
-   must not hold a connection's snapshot open);
+2. embed the query, on a thread of its own (Embedding), while 3a runs and 3b's
+   statement is compiled: 3b waits for the vector;
 3. its statements cancelled when the deadline passes, each atomic on its own
    (a search needs no transaction; inside a caller's, it is a savepoint):
    a. the caller's role audience *now* and the read policy (memoryhub.access);
    b. two index queries, each carrying the policy's SQL predicate: pgvector HNSW
-      (cosine) with iterative scan, and full-text over a bounded match set;
+      (cosine) with iterative scan, and full-text over a bounded match set
+      (with BM25, one statement);
    c. every candidate row loaded and checked again by the same policy in
       Python; a row that fails is dropped, logged on `memoryhub.enforcement`
       and kept as an EnforcementAlarm;
@@ -31,6 +32,7 @@ the pages as HTML).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import functools
 import hashlib
@@ -38,12 +40,15 @@ import inspect
 import json
 import logging
 import math
+import os
 import re
+import threading
 import time
 import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 from django.conf import settings
@@ -59,7 +64,7 @@ from contract.receipt_chain import value_hash
 from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.database import prepared
-from memoryhub.embeddings import embedder_class, get_embedder
+from memoryhub.embeddings import embedder_class, get_embedder, leaves_a_core
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import (
     TEXT_SEARCH_CONFIG,
@@ -166,6 +171,7 @@ ORDERING_CODE = (
     "candidate_pool", "QueryVector", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes",
     "tsquery_for",
     "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
+    "bm25_statement", "BM25Statement", "_VectorSlot",
     "reader_totals_sql", "_reader_totals_statement", "_reader_totals_compiled", "_lexical_rank",
     "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_checked_rows",
     "_own_document",
@@ -560,28 +566,24 @@ def search_execute(
     caller's transaction each stands on its own, whether or not the search
     then completes: it records what the index returned). Receipt replays call
     this with the original request, in a transaction of theirs."""
-    # Embedding first: inside a transaction, PostgreSQL takes its snapshot at
-    # the first statement, so the slowest step does not keep one open. A task
-    # is embedded with the query, in the same batch, when the workspace's
-    # judgment plane was on as the caller was read.
+    # The query is embedded on a thread of its own (Embedding) while the first
+    # statement runs and the index statement is compiled; the read waits for
+    # it only where that statement needs the vector. (Embedded at once, it
+    # comes before any statement: inside a transaction PostgreSQL takes its
+    # snapshot at the first one, which then waits for no encoder that has the
+    # cores to itself.) A task is embedded with the query, in the same batch,
+    # when the workspace's judgment plane was on as the caller was read.
     tenant = caller.tenant
     task_text = " ".join([request.task, *request.task_tags]).strip()
     with_task = bool(task_text) and tenant.judgment_plane
-    with phase("embedding"):
-        vectors = _embed([request.query, task_text] if with_task else [request.query])
-    query_vector = vectors[0] if vectors else None
+    embedding = Embedding([request.query, task_text] if with_task else [request.query])
     # One statement: the workspace's search settings as they are now, the
     # query's lexemes and the caller's audience.
     with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
         judging = tenant.judgment_plane and bool(request.task or request.task_tags)
-        task_vector = vectors[1] if judging and vectors and with_task else None
-        if judging and vectors and task_text and not with_task:  # the plane was turned on since: embed it now
-            with phase("embedding"):
-                task_vectors = _embed([task_text])
-            task_vector = task_vectors[0] if task_vectors else None
         execution = _execute(
             caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt_id,
-            ranking=ranking or RANKING, query_vector=query_vector, task_vector=task_vector, judging=judging,
+            ranking=ranking or RANKING, embedding=embedding, task=(task_text, with_task), judging=judging,
             lexemes=prologue.lexemes, audience=prologue.audience,
         )
     if budget is not None and execution.result.hits:
@@ -595,18 +597,26 @@ def search_execute(
 
 def _execute(
     *, caller: Caller, request: SearchRequest, as_of: dt.datetime, deadline: Deadline, receipt_id: str,
-    ranking: Ranking, query_vector: list[float] | None, task_vector: list[float] | None, judging: bool,
+    ranking: Ranking, embedding: Embedding, task: tuple[str, bool], judging: bool,
     lexemes: Sequence[str] | None = None, audience: access.Audience | None = None,
 ) -> Execution:
+    """`task`: the task's text, and whether `embedding` embeds it after the query."""
     tenant = caller.tenant
     policy = access.read_policy(
         caller=caller, as_of=as_of, agents=request.agents, resource_ids=request.resource_ids,
         created_after=request.created_after, created_before=request.created_before, audience=audience,
     )
     candidates, rows, alarms = scored_candidates(
-        policy=policy, query=request.query, query_vector=query_vector, limit=request.limit, deadline=deadline,
+        policy=policy, query=request.query, query_vector=embedding, limit=request.limit, deadline=deadline,
         ranking=ranking, load_embeddings=judging, lexemes=lexemes,
     )
+    vectors = embedding.vectors()  # the index statement waited for them
+    task_text, with_task = task
+    task_vector = vectors[1] if judging and vectors and with_task else None
+    if judging and vectors and task_text and not with_task:  # the plane was turned on since: embed it now
+        with phase("embedding"):
+            task_vectors = _embed([task_text])
+        task_vector = task_vectors[0] if task_vectors else None
     matches = ordered_matches(candidates, ranking, query=request.query)
     abstained, abstain_reason = False, None
     floor = tenant.relevance_floor
@@ -654,20 +664,23 @@ def _execute(
 
     result = SearchResult(hits=ranked, receipt_id=receipt_id, as_of=as_of, abstained=abstained,
                           abstain_reason=abstain_reason, notice=notice)
-    return Execution(result=result, audience=policy.audience, degraded=query_vector is None, alarms=alarms)
+    return Execution(result=result, audience=policy.audience, degraded=not vectors, alarms=alarms)
 
 
 def scored_candidates(
-    *, policy: ReadPolicy, query: str, query_vector: list[float] | None, limit: int, deadline: Deadline,
-    ranking: Ranking, load_embeddings: bool = False, lexemes: Sequence[str] | None = None,
+    *, policy: ReadPolicy, query: str, query_vector: list[float] | Embedding | None, limit: int,
+    deadline: Deadline, ranking: Ranking, load_embeddings: bool = False, lexemes: Sequence[str] | None = None,
 ) -> tuple[dict[uuid.UUID, Candidate], dict[uuid.UUID, access.FragmentValues], list[str]]:
     """Both index queries under the policy, then every candidate loaded, scored
     and checked again. Returns (candidates, rows that passed, alarmed ids).
     Run inside `index_settings()` (search_execute does); `lexemes`: the
-    query's, when index_settings already read them."""
+    query's, when index_settings already read them; `query_vector`: the
+    query's vector, or its Embedding still under way."""
     deadline.check()
-    read_query = read_query_for(query, query_vector, ranking, lexemes=lexemes)
-    candidates = index_queries(policy=policy, read_query=read_query, limit=limit, deadline=deadline, ranking=ranking)
+    embedding, vector = (query_vector, None) if isinstance(query_vector, Embedding) else (None, query_vector)
+    read_query = read_query_for(query, vector, ranking, lexemes=lexemes)
+    candidates, read_query = index_queries(policy=policy, read_query=read_query, limit=limit, deadline=deadline,
+                                           ranking=ranking, embedding=embedding)
     deadline.check()
     with phase("row_check"):
         rows, alarms = _checked_rows(
@@ -683,6 +696,80 @@ def _embed(texts: list[str]) -> list[list[float]] | None:
     except Exception:  # noqa: BLE001 - a failing embedder degrades search to lexical, it does not fail it
         logger.exception("query embedding failed; answering from full-text search alone")
         return None
+
+
+def _embedded(texts: list[str]) -> list[list[float]] | None:
+    with phase("embedding"):
+        return _embed(texts)
+
+
+_POOL_LOCK = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _embedding_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _POOL_LOCK:
+        if _pool is None:
+            # As many threads as asgiref's and Python's own default pools: one
+            # for each search a process runs at once, up to a point.
+            _pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4),
+                                       thread_name_prefix="memoryhub-embed")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are not its own."""
+    global _pool, _POOL_LOCK
+    _pool, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def embeds_alongside() -> bool:
+    """Whether a search embeds its query on a thread of its own (Embedding):
+    only when the encoder leaves this process a core for the rest of the
+    search. A server's worker (one per core) encodes on one thread, and there
+    it saved 0.8-1.7 ms a search; an encoder that takes every core was slowed
+    by it, 0.4-0.6 ms a search (docs/benchmarks.md, "eighth step")."""
+    try:
+        return leaves_a_core(get_embedder())
+    except Exception:  # noqa: BLE001 - an embedder that cannot be made is _embed's to report
+        return False
+
+
+class Embedding:
+    """A search's texts being embedded (_embed), when embeds_alongside() on a
+    thread of its own, so the search's first statement and the compiling of
+    its index statement go on meanwhile (the encoder releases Python's lock
+    while it runs); otherwise at once. The search waits for it where a
+    statement needs the vector (index_queries). None from `vectors`: the
+    embedder failed, and the read is lexical."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self._future: Future[list[list[float]] | None]
+        if embeds_alongside():
+            # The request's context goes with it, for the logs of a failure.
+            self._future = _embedding_pool().submit(contextvars.copy_context().run, _embedded, texts)
+            return
+        self._future = Future()
+        self._future.set_result(_embedded(texts))
+
+    def failed(self) -> bool:
+        """Finished without vectors: a statement that would compare with one is not worth compiling."""
+        return self._future.done() and self._future.result() is None
+
+    def vectors(self) -> list[list[float]] | None:
+        if not self._future.done():
+            with phase("embedding_wait"):
+                return self._future.result()
+        return self._future.result()
+
+    def query_vector(self) -> list[float] | None:
+        vectors = self.vectors()
+        return vectors[0] if vectors else None
 
 
 class QueryVector(Vector):
@@ -858,27 +945,41 @@ def candidate_pool(limit: int) -> int:
 
 def index_queries(
     *, policy: ReadPolicy, read_query: ReadQuery, limit: int, deadline: Deadline, ranking: Ranking | None = None,
-) -> dict[uuid.UUID, Candidate]:
+    embedding: Embedding | None = None,
+) -> tuple[dict[uuid.UUID, Candidate], ReadQuery]:
     """Both index queries under the policy's predicate: the vector pool, then
     the lexical pool (with BM25, also the lexical score of every vector
-    candidate)."""
+    candidate). With `embedding`, `read_query` has no vector yet: the
+    statement both pools share is compiled while the query is embedded, then
+    the vector is waited for. Returns the candidates and `read_query` with
+    its vector."""
     ranking = ranking or RANKING
     pool = candidate_pool(limit)
     predicate = index_filter(policy)
     found: dict[uuid.UUID, Candidate] = {}
+    # Both pools in one statement (the vector pool is a part of BM25's), when there is a vector.
+    shared = (ranking.fusion not in ("lexical", "vector") and read_query.tsquery is not None
+              and ranking.lexical_ranker == "bm25" and bool(read_query.lexemes))
+    statement = None
+    if embedding is not None:
+        if shared and not embedding.failed():
+            with phase("index_compile"):
+                statement = bm25_statement(predicate, read_query, pool, ranking, vector=True,
+                                           tallied=tallied_statistics(policy))
+        vector = embedding.query_vector()
+        read_query = replace(read_query, vector=QueryVector(vector) if vector is not None else None)
     wants_vector = read_query.vector is not None and ranking.fusion != "lexical"
     wants_lexical = read_query.tsquery is not None and (ranking.fusion != "vector" or read_query.vector is None)
-    if wants_vector and wants_lexical and ranking.lexical_ranker == "bm25" and read_query.lexemes:
-        # Both pools in one statement: the vector pool is a part of BM25's.
+    if wants_vector and shared:
         deadline.check()
         with phase("index_query"):
             vector_ranked, ranked, scores = lexical_scored(predicate, read_query, pool, ranking,
                                                            vector=read_query.vector,
-                                                           tallied=tallied_statistics(policy))
+                                                           tallied=tallied_statistics(policy), statement=statement)
         for rank, pk in enumerate(vector_ranked):
             found.setdefault(pk, Candidate()).vector_rank = rank
         _lexical_into(found, ranked, scores)
-        return found
+        return found, read_query
     if wants_vector and read_query.vector is not None:
         deadline.check()
         with phase("vector_query"):
@@ -897,7 +998,7 @@ def index_queries(
                 ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)
                 for rank, pk in enumerate(ranked):
                     found.setdefault(pk, Candidate()).lexical_rank = rank
-    return found
+    return found, read_query
 
 
 def _lexical_into(found: dict[uuid.UUID, Candidate], ranked: list[uuid.UUID], scores: dict[uuid.UUID, float]) -> None:
@@ -1007,8 +1108,11 @@ def _sql(queryset) -> tuple[str, tuple]:  # type: ignore[no-untyped-def]
 def lexical_scored(  # type: ignore[no-untyped-def]
     predicate, read_query: ReadQuery, k: int, ranking: Ranking, *, also: Sequence[uuid.UUID] = (),
     cap: int = LEXICAL_MATCH_CAP, vector: Vector | list[float] | None = None, tallied: Tallied | None = None,
+    statement: BM25Statement | None = None,
 ) -> tuple[list[uuid.UUID], list[uuid.UUID], dict[uuid.UUID, float]]:
-    """Okapi BM25 over what this reader may see, in one statement.
+    """Okapi BM25 over what this reader may see, in one statement
+    (bm25_statement's; `statement`: that, compiled already for these
+    arguments, with a vector pool when `vector` is given).
 
     Every statistic is the reader's own: the number of fragments N and their
     mean length come from the fragments the policy's predicate admits, and a
@@ -1035,9 +1139,61 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     """
     if vector is not None and also:
         raise ValueError("with `vector`, the vector pool is what is scored besides the matches")
-    lexemes = list(read_query.lexemes)
-    if not lexemes:
+    if not read_query.lexemes:
         return (vector_candidates(predicate, vector, k) if vector is not None else []), [], {}
+    if statement is None:
+        statement = bm25_statement(predicate, read_query, k, ranking, also=also, cap=cap, vector=vector is not None,
+                                   tallied=tallied)
+    if (statement.slot is not None) != (vector is not None):
+        raise ValueError("the statement was compiled with a vector pool if and only if one is asked for")
+    rows = statement.rows(vector)
+    pool = [pk for pk, _, _, pool_rank in sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])]
+    ranked = [pk for pk, _, rank, _ in rows if rank is not None and rank <= k]
+    return pool, ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _, _ in rows if score is not None}
+
+
+class _VectorSlot(Vector):
+    """Where a query vector goes in a statement compiled before it is known:
+    pgvector writes a vector as its text when the expression is made
+    (CosineDistance), so this one's text is a marker, found again among the
+    compiled parameters as the very object it is (BM25Statement)."""
+
+    def __init__(self) -> None:
+        super().__init__([0.0])
+        self.marker = f"[vector to come {uuid.uuid4().hex}]"
+
+    def to_text(self) -> str:
+        return self.marker
+
+
+@dataclass(frozen=True)
+class BM25Statement:
+    """lexical_scored's statement, compiled: its SQL and parameters, and
+    `slot`, the marker standing among them for the query vector's text (None:
+    no vector pool)."""
+
+    sql: str
+    params: tuple[Any, ...]
+    slot: str | None = None
+
+    def rows(self, vector: Vector | list[float] | None) -> list[tuple]:
+        if self.slot is None:
+            with connection.cursor() as cursor:
+                cursor.execute(self.sql, self.params)
+                return cursor.fetchall()
+        assert vector is not None
+        # The text pgvector's CosineDistance writes for this vector (a QueryVector's, once per search).
+        text = vector.to_text() if isinstance(vector, Vector) else Vector(vector).to_text()
+        return _planned_rows(self.sql, [text if value is self.slot else value for value in self.params])
+
+
+def bm25_statement(  # type: ignore[no-untyped-def]
+    predicate, read_query: ReadQuery, k: int, ranking: Ranking, *, also: Sequence[uuid.UUID] = (),
+    cap: int = LEXICAL_MATCH_CAP, vector: bool = False, tallied: Tallied | None = None,
+) -> BM25Statement:
+    """lexical_scored's one statement for these arguments, with a vector pool
+    when `vector` (the vector itself is put in when it runs, BM25Statement)."""
+    lexemes = list(read_query.lexemes)
     # The policy's predicate compiled once; the statement reads the fragments
     # through it once for the matches (PostgreSQL pulls the subquery up, so
     # that walks the full-text index): the visible fragments that hold any of
@@ -1056,8 +1212,11 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         stats_sql, stats_params = reader_totals_sql(tallied)
     pool_sql, pool_params = "", ()
     also_sql, also_params = "%s::uuid[]", [list(also)]
-    if vector is not None:
-        nearest_sql, nearest_params = _sql(_nearest(predicate, vector, k))
+    slot = _VectorSlot() if vector else None
+    if slot is not None:
+        nearest_sql, nearest_params = _sql(_nearest(predicate, slot, k))
+        if not any(value is slot.marker for value in nearest_params) or slot.marker in nearest_sql:
+            raise RuntimeError("the vector pool no longer takes the query vector as a parameter")
         # MATERIALIZED: walked once, by the HNSW index, whatever reads it.
         pool_sql = (f"pool AS MATERIALIZED (SELECT x.id, row_number() OVER (ORDER BY x.distance, x.id) AS rank "  # noqa: S608
                     f"FROM ({nearest_sql}) AS x(id, distance)), ")
@@ -1095,7 +1254,7 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         WHERE rank <= %s OR id = ANY({also_sql})
     )
     {"SELECT id, ranked.score, ranked.rank, pool.rank FROM ranked FULL JOIN pool USING (id)"
-     if vector is not None else "SELECT id, score, rank, NULL FROM ranked"}
+     if slot is not None else "SELECT id, score, rank, NULL FROM ranked"}
     ORDER BY 3, 4
     """  # noqa: S608
     # Quoted lexemes cast to tsquery are taken as they are (to_tsquery would
@@ -1106,15 +1265,7 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         cap, *also_params,
         k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, *also_params,
     )
-    if vector is not None:
-        rows = _planned_rows(sql, params)
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-    pool = [pk for pk, _, _, pool_rank in sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])]
-    ranked = [pk for pk, _, rank, _ in rows if rank is not None and rank <= k]
-    return pool, ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _, _ in rows if score is not None}
+    return BM25Statement(sql=sql, params=params, slot=slot.marker if slot is not None else None)
 
 
 def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:

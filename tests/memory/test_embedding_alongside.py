@@ -1,0 +1,227 @@
+"""A search's query embedded on a thread of its own while its first statement
+runs and its index statement is compiled (search.Embedding), where the
+encoder leaves the process a core: the same reads, the same statements, the
+vector put where the statement compiled before it expects it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from pgvector import Vector
+
+from memoryhub import access, embeddings
+from memoryhub.observability import REQUEST_ID, JsonFormatter
+from memoryhub.services import search
+from memoryhub.services.search import fragments_search
+from tests.memory.conftest import private_fragment
+
+# Long enough for a loaded CI machine; a search that embeds at once never reaches it.
+WAIT_SECONDS = 30
+
+
+@pytest.fixture
+def bruno(people):
+    return people.caller(people.bruno)
+
+
+@pytest.fixture
+def alongside(monkeypatch):
+    monkeypatch.setattr(search, "embeds_alongside", lambda: True)
+
+
+def _read(result) -> dict:
+    """Everything a search answered, the receipt's id aside."""
+    return {
+        "hits": [(str(hit.fragment.pk), hit.score, hit.ordering, hit.fragment.value,
+                  hit.provenance.agents if hit.provenance else None) for hit in result.hits],
+        "abstained": result.abstained, "notice": result.notice, "truncated": result.truncated,
+    }
+
+
+def _both_ways(monkeypatch, search_once) -> tuple[dict, dict, int, int]:
+    """The same search embedded alongside and at once: each read, and how many statements each sent."""
+    answers, counts = [], []
+    for way in (True, False):
+        monkeypatch.setattr(search, "embeds_alongside", lambda way=way: way)
+        with CaptureQueriesContext(connection) as captured:
+            answers.append(_read(search_once()))
+        counts.append(len(captured.captured_queries))
+    return answers[0], answers[1], counts[0], counts[1]
+
+
+def test_a_search_embeds_alongside_only_when_the_encoder_leaves_a_core(monkeypatch):
+    class Counted:
+        def __init__(self, threads):
+            self.threads = threads
+
+    monkeypatch.setattr(embeddings, "usable_cores", lambda: 2)
+    assert embeddings.leaves_a_core(Counted(1))
+    assert not embeddings.leaves_a_core(Counted(2))
+    assert not embeddings.leaves_a_core(Counted(4))
+    assert not embeddings.leaves_a_core(object())  # an embedder that does not say takes every core
+    monkeypatch.setattr(embeddings, "usable_cores", lambda: 8)
+    assert embeddings.leaves_a_core(Counted(1))
+    # The product's encoder says what it takes: a server's worker on its one core of two encodes on one thread.
+    monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", "1")
+    monkeypatch.setattr(embeddings, "usable_cores", lambda: 2)
+    monkeypatch.setattr(search, "get_embedder", lambda: embeddings.MiniLMOnnxEmbedder())
+    assert search.embeds_alongside()
+    monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", "2")
+    assert not search.embeds_alongside()
+
+    def broken():
+        raise RuntimeError("no model")
+
+    # An embedder that cannot be made embeds at once, and _embed reports it (the read is lexical).
+    monkeypatch.setattr(search, "get_embedder", broken)
+    assert not search.embeds_alongside()
+
+
+def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, shared_fragment, monkeypatch):
+    shared_fragment("Database failover: promote the replica and repoint the payments service.", "incidents")
+    shared_fragment("Database maintenance: vacuum the payments tables every Sunday.")
+    private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
+    agent = people.caller(people.triage_bot)
+    private_fragment(agent, "Paging rota: the payments team is on call this week.")
+    searches = {
+        "both pools": lambda: fragments_search(caller=bruno, query="payments database"),
+        "a private memory": lambda: fragments_search(caller=bruno, query="where is the VPN config?"),
+        "narrowed": lambda: fragments_search(caller=bruno, query="payments database",
+                                             created_after="2000-01-01T00:00:00Z"),
+        "stop words only: the vector alone": lambda: fragments_search(caller=bruno, query="what is it"),
+        "an agent": lambda: fragments_search(caller=agent, query="who is on call for payments"),
+        "nothing visible matches": lambda: fragments_search(caller=bruno, query="zanzibar quokka"),
+    }
+    for name, search_once in searches.items():
+        alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, search_once)
+        assert alongside == at_once, name
+        assert statements_alongside == statements_at_once, name
+    assert _both_ways(monkeypatch, searches["both pools"])[0]["hits"]
+
+    # With the judgment plane on, the task goes with the query and arranges the same result.
+    bruno.tenant.judgment_plane = True
+    bruno.tenant.save()
+    alongside, at_once, _, _ = _both_ways(monkeypatch, lambda: fragments_search(
+        caller=bruno, query="payments database", task="incident response", task_tags=["incidents"]))
+    assert alongside == at_once and alongside["hits"]
+
+    # An embedder that fails on its thread leaves the read lexical, as at once.
+    class Broken:
+        def embed(self, texts):
+            raise RuntimeError("embedder down")
+
+    monkeypatch.setattr(search, "get_embedder", Broken)
+    alongside, at_once, _, _ = _both_ways(monkeypatch, searches["a private memory"])
+    assert alongside == at_once and alongside["hits"]
+
+
+def test_the_embedding_runs_while_the_first_statement_does(bruno, alongside, monkeypatch):
+    """The encoder here waits for the search's first statement (index_settings'
+    prologue) to have run: embedded at once, before it, the search would never
+    get there."""
+    private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
+    first_statement_ran = threading.Event()
+    real = search._embed
+    waited: list[bool] = []
+
+    def embed_after_the_first_statement(texts):
+        waited.append(first_statement_ran.wait(WAIT_SECONDS))
+        return real(texts)
+
+    def noting(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "jsonb_build_array(judgment_plane" in sql:  # the prologue reads the workspace's settings
+            first_statement_ran.set()
+        return result
+
+    monkeypatch.setattr(search, "_embed", embed_after_the_first_statement)
+    with connection.execute_wrapper(noting):
+        result = fragments_search(caller=bruno, query="where is the VPN config?")
+    assert waited == [True]
+    assert result.hits
+
+
+def test_the_vector_goes_where_the_statement_compiled_before_it_expects_it(bruno, alongside):
+    """What reaches PostgreSQL holds the vector pool's query exactly as Django
+    compiles it with the vector known, and never the slot's marker."""
+    private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
+    query = "where is the VPN config?"
+    (vector,) = search._embed([query])
+    with CaptureQueriesContext(connection) as captured:
+        fragments_search(caller=bruno, query=query)
+    statements = [q["sql"] for q in captured.captured_queries]
+    policy = access.read_policy(caller=bruno, as_of=timezone.now())
+    nearest = search._nearest(search.index_filter(policy), search.QueryVector(vector), search.candidate_pool(10))
+    nearest_sql, nearest_params = search._sql(nearest)
+    with connection.cursor() as cursor:
+        expected = cursor.mogrify(nearest_sql, nearest_params)
+    # The instant of the read differs; everything before it in the vector pool's query is the same.
+    prefix = expected.split(" <= ")[0]
+    assert Vector(vector).to_text() in prefix
+    assert [s for s in statements if prefix in s] and len([s for s in statements if "<=>" in s]) == 2
+    assert not any("vector to come" in s for s in statements)
+
+    slot = search._VectorSlot()
+    with_slot, slot_params = search._sql(search._nearest(search.index_filter(policy), slot, 10))
+    with_vector, vector_params = search._sql(search._nearest(search.index_filter(policy),
+                                                             search.QueryVector(vector), 10))
+    assert with_slot == with_vector
+    assert [search.QueryVector(vector).to_text() if value is slot.marker else value
+            for value in slot_params] == list(vector_params)
+
+
+def test_an_embedding_that_fails_on_its_thread_is_logged_with_the_request(bruno, alongside, monkeypatch):
+    private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
+
+    class Broken:
+        def embed(self, texts):
+            raise RuntimeError("embedder down")
+
+    monkeypatch.setattr(search, "get_embedder", Broken)
+
+    class Lines(logging.Handler):
+        """Formats each record as it is emitted, on the thread that emits it, as the product's handlers do."""
+
+        def __init__(self) -> None:
+            super().__init__(logging.ERROR)
+            self.setFormatter(JsonFormatter())
+            self.lines: list[tuple[str, dict]] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append((record.threadName, json.loads(self.format(record))))
+
+    lines = Lines()
+    search.logger.addHandler(lines)
+    token = REQUEST_ID.set("req-alongside-1")
+    try:
+        result = fragments_search(caller=bruno, query="where is the VPN config?")
+    finally:
+        REQUEST_ID.reset(token)
+        search.logger.removeHandler(lines)
+    assert result.hits  # lexically
+    failures = [(thread, line) for thread, line in lines.lines if "query embedding failed" in line["message"]]
+    assert len(failures) == 1
+    thread, line = failures[0]
+    assert thread.startswith("memoryhub-embed")
+    assert line["request_id"] == "req-alongside-1"
+
+
+def test_a_forked_process_embeds_on_threads_of_its_own():
+    """A process forked after searching (a server's workers) does not wait on its parent's threads."""
+    assert search._embedding_pool().submit(lambda: "parent").result(timeout=WAIT_SECONDS) == "parent"
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's own exit code is the assertion
+        try:
+            answer = search._embedding_pool().submit(lambda: "child").result(timeout=WAIT_SECONDS)
+            os._exit(0 if answer == "child" else 1)
+        except BaseException:  # noqa: BLE001
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
