@@ -38,7 +38,8 @@ SEARCH_PHASE_SECONDS = Histogram("memoryhub_search_phase_seconds",
                                  "the encoder leaves a core, and embedding_wait: how long the read then "
                                  "waited for it; prologue: its first statement, "
                                  "the workspace's settings, the query's lexemes and the caller's roles; "
-                                 "index_compile: both pools' statement compiled, alongside the embedding; "
+                                 "index_compile: both pools' statement compiled (alongside the embedding, "
+                                 "where it is embedded so); "
                                  "index_query: both pools in one statement, or vector_query and lexical_query "
                                  "when one pool answers; row_check; serving: the served hits built with their "
                                  "provenance; receipt)", ["phase"], buckets=SECONDS)

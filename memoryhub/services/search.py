@@ -3,8 +3,9 @@
 A read, in order:
 
 1. validate every argument against the contract's limits;
-2. embed the query, on a thread of its own (Embedding), while 3a runs and 3b's
-   statement is compiled: 3b waits for the vector;
+2. embed the query: where the encoder leaves the process a core, on a thread
+   of its own (Embedding) while 3a runs and 3b's statement is compiled, 3b
+   waiting for the vector; otherwise at once, before any statement;
 3. its statements cancelled when the deadline passes, each atomic on its own
    (a search needs no transaction; inside a caller's, it is a savepoint):
    a. the caller's role audience *now* and the read policy (memoryhub.access);
@@ -566,26 +567,31 @@ def search_execute(
     caller's transaction each stands on its own, whether or not the search
     then completes: it records what the index returned). Receipt replays call
     this with the original request, in a transaction of theirs."""
-    # The query is embedded on a thread of its own (Embedding) while the first
-    # statement runs and the index statement is compiled; the read waits for
-    # it only where that statement needs the vector. (Embedded at once, it
-    # comes before any statement: inside a transaction PostgreSQL takes its
-    # snapshot at the first one, which then waits for no encoder that has the
-    # cores to itself.) A task is embedded with the query, in the same batch,
-    # when the workspace's judgment plane was on as the caller was read.
+    # Where the encoder leaves the process a core, the query is embedded on a
+    # thread of its own (Embedding) while the first statement runs and the
+    # index statement is compiled, and the read waits for it only where that
+    # statement needs the vector; inside a caller's transaction (a replay),
+    # the snapshot its first statement takes then waits for the encoder too.
+    # Otherwise it is embedded at once, before any statement. A task is
+    # embedded with the query, in the same batch, when the workspace's
+    # judgment plane was on as the caller was read.
     tenant = caller.tenant
     task_text = " ".join([request.task, *request.task_tags]).strip()
     with_task = bool(task_text) and tenant.judgment_plane
     embedding = Embedding([request.query, task_text] if with_task else [request.query])
     # One statement: the workspace's search settings as they are now, the
     # query's lexemes and the caller's audience.
-    with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
-        judging = tenant.judgment_plane and bool(request.task or request.task_tags)
-        execution = _execute(
-            caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt_id,
-            ranking=ranking or RANKING, embedding=embedding, task=(task_text, with_task), judging=judging,
-            lexemes=prologue.lexemes, audience=prologue.audience,
-        )
+    try:
+        with deadline.watching(), index_settings(query=request.query, tenant=tenant, caller=caller) as prologue:
+            judging = tenant.judgment_plane and bool(request.task or request.task_tags)
+            execution = _execute(
+                caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt_id,
+                ranking=ranking or RANKING, embedding=embedding, task=(task_text, with_task), judging=judging,
+                lexemes=prologue.lexemes, audience=prologue.audience,
+            )
+    except BaseException:
+        embedding.cancel()  # a read that failed before it waited: an embedding not yet begun is not begun
+        raise
     if budget is not None and execution.result.hits:
         result = execution.result
         fitting = budget.fitting(result)
@@ -745,15 +751,19 @@ class Embedding:
     thread of its own, so the search's first statement and the compiling of
     its index statement go on meanwhile (the encoder releases Python's lock
     while it runs); otherwise at once. The search waits for it where a
-    statement needs the vector (index_queries). None from `vectors`: the
-    embedder failed, and the read is lexical."""
+    statement needs the vector (index_queries), no longer than its deadline.
+    None from `vectors`: the embedder failed, and the read is lexical. (An
+    embedder touches no database: the thread has no connection of its own.)"""
 
     def __init__(self, texts: list[str]) -> None:
         self._future: Future[list[list[float]] | None]
         if embeds_alongside():
-            # The request's context goes with it, for the logs of a failure.
-            self._future = _embedding_pool().submit(contextvars.copy_context().run, _embedded, texts)
-            return
+            try:
+                # The request's context goes with it, for the logs of a failure.
+                self._future = _embedding_pool().submit(contextvars.copy_context().run, _embedded, texts)
+                return
+            except RuntimeError:  # the interpreter is shutting down: the pool takes no more work
+                pass
         self._future = Future()
         self._future.set_result(_embedded(texts))
 
@@ -761,15 +771,23 @@ class Embedding:
         """Finished without vectors: a statement that would compare with one is not worth compiling."""
         return self._future.done() and self._future.result() is None
 
-    def vectors(self) -> list[list[float]] | None:
+    def vectors(self, deadline: Deadline | None = None) -> list[list[float]] | None:
+        """The vectors, waited for until `deadline` at most (DeadlineExceeded)."""
         if not self._future.done():
             with phase("embedding_wait"):
-                return self._future.result()
+                try:
+                    return self._future.result(timeout=deadline.remaining() if deadline is not None else None)
+                except TimeoutError:
+                    assert deadline is not None
+                    raise deadline.exceeded() from None
         return self._future.result()
 
-    def query_vector(self) -> list[float] | None:
-        vectors = self.vectors()
+    def query_vector(self, deadline: Deadline | None = None) -> list[float] | None:
+        vectors = self.vectors(deadline)
         return vectors[0] if vectors else None
+
+    def cancel(self) -> None:
+        self._future.cancel()
 
 
 class QueryVector(Vector):
@@ -957,6 +975,7 @@ def index_queries(
     pool = candidate_pool(limit)
     predicate = index_filter(policy)
     found: dict[uuid.UUID, Candidate] = {}
+    tallied = tallied_statistics(policy)
     # Both pools in one statement (the vector pool is a part of BM25's), when there is a vector.
     shared = (ranking.fusion not in ("lexical", "vector") and read_query.tsquery is not None
               and ranking.lexical_ranker == "bm25" and bool(read_query.lexemes))
@@ -964,9 +983,8 @@ def index_queries(
     if embedding is not None:
         if shared and not embedding.failed():
             with phase("index_compile"):
-                statement = bm25_statement(predicate, read_query, pool, ranking, vector=True,
-                                           tallied=tallied_statistics(policy))
-        vector = embedding.query_vector()
+                statement = bm25_statement(predicate, read_query, pool, ranking, vector=True, tallied=tallied)
+        vector = embedding.query_vector(deadline)
         read_query = replace(read_query, vector=QueryVector(vector) if vector is not None else None)
     wants_vector = read_query.vector is not None and ranking.fusion != "lexical"
     wants_lexical = read_query.tsquery is not None and (ranking.fusion != "vector" or read_query.vector is None)
@@ -974,8 +992,8 @@ def index_queries(
         deadline.check()
         with phase("index_query"):
             vector_ranked, ranked, scores = lexical_scored(predicate, read_query, pool, ranking,
-                                                           vector=read_query.vector,
-                                                           tallied=tallied_statistics(policy), statement=statement)
+                                                           vector=read_query.vector, tallied=tallied,
+                                                           statement=statement)
         for rank, pk in enumerate(vector_ranked):
             found.setdefault(pk, Candidate()).vector_rank = rank
         _lexical_into(found, ranked, scores)
@@ -992,7 +1010,7 @@ def index_queries(
         with phase("lexical_query"):
             if ranking.lexical_ranker == "bm25":
                 _, ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found),
-                                                   tallied=tallied_statistics(policy))
+                                                   tallied=tallied)
                 _lexical_into(found, ranked, scores)
             else:
                 ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)

@@ -5,20 +5,25 @@ vector put where the statement compiled before it expects it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import re
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pgvector import Vector
 
 from memoryhub import access, embeddings
+from memoryhub.errors import DeadlineExceeded
+from memoryhub.models import Receipt
 from memoryhub.observability import REQUEST_ID, JsonFormatter
 from memoryhub.services import search
+from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
 from tests.memory.conftest import private_fragment
 
@@ -45,15 +50,27 @@ def _read(result) -> dict:
     }
 
 
-def _both_ways(monkeypatch, search_once) -> tuple[dict, dict, int, int]:
-    """The same search embedded alongside and at once: each read, and how many statements each sent."""
-    answers, counts = [], []
+# What differs from one read to the next whichever way it embeds: its instant, its savepoint's name, its receipt.
+_INSTANT = re.compile(r"'\d{4}-\d\d-\d\d[ T][0-9:.]+(?:[+-]\d\d:?\d\d|Z)?'")
+_SAVEPOINT = re.compile(r'"s\d+_x\d+"')
+
+
+def _statements(captured: CaptureQueriesContext) -> list[str]:
+    """The statements a search sent, its instants and savepoints masked; the
+    receipt's (its id, salt and chain entry are new each time) only by its start."""
+    return [_SAVEPOINT.sub('"<savepoint>"', _INSTANT.sub("'<instant>'", q["sql"]))
+            if "memoryhub_receiptchain" not in q["sql"] else q["sql"][:40] for q in captured.captured_queries]
+
+
+def _both_ways(monkeypatch, search_once) -> tuple[dict, dict, list[str], list[str]]:
+    """The same search embedded alongside and at once: each read, and the statements each sent."""
+    answers, statements = [], []
     for way in (True, False):
         monkeypatch.setattr(search, "embeds_alongside", lambda way=way: way)
         with CaptureQueriesContext(connection) as captured:
             answers.append(_read(search_once()))
-        counts.append(len(captured.captured_queries))
-    return answers[0], answers[1], counts[0], counts[1]
+        statements.append(_statements(captured))
+    return answers[0], answers[1], statements[0], statements[1]
 
 
 def test_a_search_embeds_alongside_only_when_the_encoder_leaves_a_core(monkeypatch):
@@ -61,6 +78,7 @@ def test_a_search_embeds_alongside_only_when_the_encoder_leaves_a_core(monkeypat
         def __init__(self, threads):
             self.threads = threads
 
+    monkeypatch.delenv("MEMORYHUB_EMBEDDER_THREADS", raising=False)
     monkeypatch.setattr(embeddings, "usable_cores", lambda: 2)
     assert embeddings.leaves_a_core(Counted(1))
     assert not embeddings.leaves_a_core(Counted(2))
@@ -105,12 +123,27 @@ def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, s
         assert statements_alongside == statements_at_once, name
     assert _both_ways(monkeypatch, searches["both pools"])[0]["hits"]
 
-    # With the judgment plane on, the task goes with the query and arranges the same result.
-    bruno.tenant.judgment_plane = True
-    bruno.tenant.save()
-    alongside, at_once, _, _ = _both_ways(monkeypatch, lambda: fragments_search(
-        caller=bruno, query="payments database", task="incident response", task_tags=["incidents"]))
-    assert alongside == at_once and alongside["hits"]
+    # The judgment plane turned on after the caller was read: the task is embedded once the read sees it on.
+    from memoryhub.models import Tenant
+
+    Tenant.objects.filter(pk=bruno.tenant.pk).update(judgment_plane=True)
+    with_task = lambda: fragments_search(  # noqa: E731
+        caller=people.caller(people.bruno), query="payments database", task="incident response",
+        task_tags=["incidents"])
+    alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, with_task)
+    assert alongside == at_once and alongside["hits"] and statements_alongside == statements_at_once
+    # On as the caller was read: the task goes with the query and arranges the same result.
+    alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, with_task)
+    assert alongside == at_once and alongside["hits"] and statements_alongside == statements_at_once
+
+    # A receipt's replay is the same read again, whichever way each embeds.
+    fragments_search(caller=bruno, query="payments database")
+    taken = Receipt.objects.order_by("-created_at").values_list("pk", flat=True).first()
+    replays = []
+    for way in (True, False):
+        monkeypatch.setattr(search, "embeds_alongside", lambda way=way: way)
+        replays.append(receipt_replay(caller=bruno, receipt_id=taken).served_now)
+    assert replays[0] == replays[1] and replays[0]
 
     # An embedder that fails on its thread leaves the read lexical, as at once.
     class Broken:
@@ -120,6 +153,46 @@ def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, s
     monkeypatch.setattr(search, "get_embedder", Broken)
     alongside, at_once, _, _ = _both_ways(monkeypatch, searches["a private memory"])
     assert alongside == at_once and alongside["hits"]
+
+
+@pytest.mark.parametrize("ranking", [
+    {"fusion": "rrf"}, {"fusion": "vector"}, {"fusion": "lexical"}, {"lexical_ranker": "ts_rank_cd"},
+    {"lexical_ranker": "ts_rank", "fusion": "rrf"},
+])
+def test_every_ranking_reads_the_same_either_way(bruno, shared_fragment, monkeypatch, ranking):
+    """Where both pools do not share BM25's statement, nothing is compiled before the vector; the read waits for it."""
+    shared_fragment("Database failover: promote the replica and repoint the payments service.", "incidents")
+    private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
+    monkeypatch.setattr(search, "RANKING", dataclasses.replace(search.RANKING, **ranking))
+    for query in ("payments database", "where is the VPN config?", "what is it"):
+        alongside, at_once, statements_alongside, statements_at_once = _both_ways(
+            monkeypatch, lambda query=query: fragments_search(caller=bruno, query=query))
+        assert alongside == at_once, query
+        assert statements_alongside == statements_at_once, query
+
+
+def test_a_read_waits_for_its_embedding_no_longer_than_its_deadline(bruno, alongside, monkeypatch, settings):
+    private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
+    settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS = 0.5
+    released, finished = threading.Event(), threading.Event()
+    real = search._embed
+
+    def stuck(texts):
+        released.wait(WAIT_SECONDS)
+        finished.set()
+        return real(texts)
+
+    monkeypatch.setattr(search, "_embed", stuck)
+    receipts = Receipt.objects.count()
+    try:
+        with pytest.raises(DeadlineExceeded) as caught:
+            fragments_search(caller=bruno, query="where is the VPN config?")
+        # Told while the encoder still runs: the read did not wait for it.
+        assert not finished.is_set()
+    finally:
+        released.set()
+    assert "0.5 s deadline" in caught.value.message
+    assert Receipt.objects.count() == receipts
 
 
 def test_the_embedding_runs_while_the_first_statement_does(bruno, alongside, monkeypatch):
@@ -148,26 +221,28 @@ def test_the_embedding_runs_while_the_first_statement_does(bruno, alongside, mon
     assert result.hits
 
 
-def test_the_vector_goes_where_the_statement_compiled_before_it_expects_it(bruno, alongside):
-    """What reaches PostgreSQL holds the vector pool's query exactly as Django
-    compiles it with the vector known, and never the slot's marker."""
+def test_the_statement_compiled_before_the_vector_is_the_one_compiled_with_it(bruno, alongside):
+    """What reaches PostgreSQL is what lexical_scored compiles and sends with
+    the vector known from the start (the vector pool's query as Django
+    compiles it with the vector), and never the slot's marker."""
     private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
     query = "where is the VPN config?"
     (vector,) = search._embed([query])
     with CaptureQueriesContext(connection) as captured:
         fragments_search(caller=bruno, query=query)
-    statements = [q["sql"] for q in captured.captured_queries]
-    policy = access.read_policy(caller=bruno, as_of=timezone.now())
-    nearest = search._nearest(search.index_filter(policy), search.QueryVector(vector), search.candidate_pool(10))
-    nearest_sql, nearest_params = search._sql(nearest)
-    with connection.cursor() as cursor:
-        expected = cursor.mogrify(nearest_sql, nearest_params)
-    # The instant of the read differs; everything before it in the vector pool's query is the same.
-    prefix = expected.split(" <= ")[0]
-    assert Vector(vector).to_text() in prefix
-    assert [s for s in statements if prefix in s] and len([s for s in statements if "<=>" in s]) == 2
-    assert not any("vector to come" in s for s in statements)
+    both_pools = [s for s in _statements(captured) if "<=>" in s and "@@" in s]
+    assert len(both_pools) == 1
+    assert not any("vector to come" in q["sql"] for q in captured.captured_queries)
 
+    policy = access.read_policy(caller=bruno, as_of=timezone.now())
+    read_query = search.read_query_for(query, vector, search.RANKING)
+    with CaptureQueriesContext(connection) as direct, transaction.atomic():
+        search.lexical_scored(search.index_filter(policy), read_query, search.candidate_pool(10), search.RANKING,
+                              vector=read_query.vector, tallied=search.tallied_statistics(policy))
+    assert both_pools == [s for s in _statements(direct) if "<=>" in s and "@@" in s]
+    assert Vector(vector).to_text() in both_pools[0]
+
+    # The slot stands where the vector's text stands, and only there.
     slot = search._VectorSlot()
     with_slot, slot_params = search._sql(search._nearest(search.index_filter(policy), slot, 10))
     with_vector, vector_params = search._sql(search._nearest(search.index_filter(policy),
@@ -214,7 +289,8 @@ def test_an_embedding_that_fails_on_its_thread_is_logged_with_the_request(bruno,
 
 
 def test_a_forked_process_embeds_on_threads_of_its_own():
-    """A process forked after searching (a server's workers) does not wait on its parent's threads."""
+    """A process forked after searching (a Celery worker's prefork pool, say) does not wait on its parent's
+    threads: the pool's state it inherits would have it queue work for a thread that is not there."""
     assert search._embedding_pool().submit(lambda: "parent").result(timeout=WAIT_SECONDS) == "parent"
     child = os.fork()
     if child == 0:  # pragma: no cover - the child's own exit code is the assertion
