@@ -19,17 +19,25 @@ Results: bench/results/alongside_bench.json.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 from collections.abc import Callable
 
-from bench_prepared import alternated
-from common import bench_database, write_results
-from search_bench import DATA
+from bench_prepared import alternated, paired_main
 
 
-def run(size: int, queries: list[str], rng: random.Random, threads: int) -> dict:
+def run(size: int, queries: list[str], rng: random.Random) -> dict:
+    """Both ways with the encoder on one thread and on every core, the same readers for each."""
+    from memoryhub.embeddings import usable_cores
+
+    state = rng.getstate()
+    results = {}
+    for threads in sorted({1, usable_cores()}):
+        rng.setstate(state)
+        results[f"encoder_on_{threads}_threads"] = run_with(size, queries, rng, threads)
+    return results
+
+
+def run_with(size: int, queries: list[str], rng: random.Random, threads: int) -> dict:
     from bench_mcp import tokens_for
 
     from memoryhub import embeddings
@@ -60,23 +68,7 @@ def run(size: int, queries: list[str], rng: random.Random, threads: int) -> dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--queries", type=int, default=200)
-    args = parser.parse_args()
-    data = json.loads(DATA.read_text())
-    results: dict = {}
-    with bench_database():
-        from memoryhub.embeddings import usable_cores
-
-        for size in (int(s) for s in args.sizes.split(",")):
-            for threads in sorted({1, usable_cores()}):
-                rng = random.Random(size)
-                queries = [item["query"] for item in
-                           rng.sample(data["queries"], min(args.queries, len(data["queries"])))]
-                results.setdefault(str(size), {})[f"encoder_on_{threads}_threads"] = run(size, queries, rng, threads)
-                print(json.dumps({size: results[str(size)]}, indent=1), flush=True)
-    print(f"wrote {write_results('alongside_bench', results)}")
+    paired_main(__doc__, "alongside_bench", run)
 
 
 if __name__ == "__main__":

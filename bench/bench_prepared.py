@@ -146,8 +146,9 @@ def alternated(work: list[Callable[[bool], Any]], *, names: tuple[str, str]) -> 
             "paired_difference_median_ms": round(statistics.median(differences), 3)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def paired_main(doc: str, results_name: str, run: Callable[[int, list[str], random.Random], dict]) -> None:
+    """A paired benchmark's command line: `run` for each size, on its queries and a generator seeded by it."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", type=int, default=200)
     args = parser.parse_args()
@@ -159,7 +160,11 @@ def main() -> None:
             queries = [item["query"] for item in rng.sample(data["queries"], min(args.queries, len(data["queries"])))]
             results[str(size)] = run(size, queries, rng)
             print(json.dumps(results[str(size)], indent=1), flush=True)
-    print(f"wrote {write_results('prepared_bench', results)}")
+    print(f"wrote {write_results(results_name, results)}")
+
+
+def main() -> None:
+    paired_main(__doc__, "prepared_bench", run)
 
 
 if __name__ == "__main__":

@@ -6,18 +6,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import timedelta
 
 import httpx2
 import pytest
 from django.test import Client
-from django.utils import timezone
-from oauth2_provider.models import AccessToken, Application, set_token_value
+from oauth2_provider.models import Application
 
 from memoryhub.observability import JsonFormatter
 from memoryhub.services.ingest import fragment_ingest
 from tests.conftest import signed_in
 from tests.mcpapi.rpc_http import call_tool
+from tests.support.tokens import make_token
 
 SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>[-0-9.e+]+)$")
 
@@ -37,12 +36,8 @@ def token_for(user, base_url: str) -> str:
     application = Application.objects.create(name="obs", client_type=Application.CLIENT_PUBLIC,
                                              authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
                                              redirect_uris="http://127.0.0.1:9/cb")
-    raw = "obs-" + "x" * 26
-    token = AccessToken(application=application, user=user, scope="memory.read memory.write",
-                        resource=[f"{base_url}/mcp"], expires=timezone.now() + timedelta(minutes=15))
-    set_token_value(token, raw)
-    token.save()
-    return raw
+    return make_token(application=application, user=user, scope="memory.read memory.write",
+                      resource=[f"{base_url}/mcp"])
 
 
 def test_the_counts_move_with_traffic(live_people, asgi_server):

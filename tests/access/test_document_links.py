@@ -14,13 +14,11 @@ served, so losing a collection hides its titles at once.
 from __future__ import annotations
 
 import asyncio
-import secrets
-from datetime import timedelta
 
 import pytest
 from django.db import connections
 from django.utils import timezone
-from oauth2_provider.models import AccessToken, Application, set_token_value
+from oauth2_provider.models import Application
 
 from memoryhub import access
 from memoryhub.mcp_adapter import render
@@ -32,6 +30,7 @@ from memoryhub.services.search import fragments_search
 from memoryhub.services.sources import source_register
 from tests.conftest import signed_in
 from tests.support.mcp_client import call, connect
+from tests.support.tokens import make_token
 
 TITLE = "Globex account"
 URI = "https://crm.test/accounts/globex"
@@ -173,12 +172,8 @@ def _token(user, base_url: str) -> str:
         name="assistant", client_type=Application.CLIENT_PUBLIC,
         authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris="http://127.0.0.1:9/cb",
     )
-    raw = secrets.token_urlsafe(24)
-    token = AccessToken(application=application, user=user, scope="memory.read memory.write",
-                        resource=[f"{base_url}/mcp"], expires=timezone.now() + timedelta(minutes=15))
-    set_token_value(token, raw)
-    token.save()
-    return raw
+    return make_token(application=application, user=user, scope="memory.read memory.write",
+                      resource=[f"{base_url}/mcp"])
 
 
 def test_over_mcp_the_writer_is_served_only_the_id(live_people, asgi_server):

@@ -11,19 +11,17 @@ helpers), for the edge's resource URLs.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
-from oauth2_provider.models import AccessToken, Application, set_token_value
+from oauth2_provider.models import AccessToken, Application
 
 from memoryhub.models import Source, User
 from memoryhub.oauth.tokens import token_checksum
 from memoryhub.services.ingest import document_upsert, document_validated
 from tests.oauth.conftest import REDIRECT_URI, authorization_code, client_credentials, exchange_code, set_public_origin
+from tests.support.tokens import make_token
 
 from .live import EdgeStack, edge_stack
 
@@ -107,9 +105,5 @@ def planted_credential(*, like: str, resource: list[str], seconds: float, scope:
     attacker with write access to nothing but a token table could not mint
     through the exchange (another audience, a longer life)."""
     model = stored(like)
-    raw = secrets.token_urlsafe(32)
-    token = AccessToken(application=model.application, user=model.user, scope=scope or model.scope,
-                        resource=resource, expires=timezone.now() + timedelta(seconds=seconds))
-    set_token_value(token, raw)
-    token.save()
-    return raw
+    return make_token(application=model.application, user=model.user, scope=scope or model.scope,
+                      resource=resource, expires_in=seconds)

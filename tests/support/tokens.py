@@ -17,7 +17,7 @@ REDIRECT_URI = "http://127.0.0.1:8765/cb"
 
 
 def make_token(*, application: Application, user: Any | None, scope: str, resource: list[str],
-               expires_in: int = 900) -> str:
+               expires_in: float = 900) -> str:
     """An access token written straight to the database (`user` None: the
     client's own, as client credentials issue it); the raw token."""
     raw = secrets.token_urlsafe(24)
