@@ -738,8 +738,9 @@ def embeds_alongside() -> bool:
     """Whether a search embeds its query on a thread of its own (Embedding):
     only when the encoder leaves this process a core for the rest of the
     search. A server's worker (one per core) encodes on one thread, and there
-    it saved 0.8-1.7 ms a search; an encoder that takes every core was slowed
-    by it, 0.4-0.6 ms a search (docs/benchmarks.md, "eighth step")."""
+    it saved 2.2 ms a search at 10k and 2.6 at 100k; with an encoder on every
+    core it gained nothing (+0.4 and -0.2 ms; bench/bench_alongside.py,
+    docs/benchmarks.md, "eighth step")."""
     try:
         return leaves_a_core(get_embedder())
     except Exception:  # noqa: BLE001 - an embedder that cannot be made is _embed's to report
