@@ -43,6 +43,7 @@ def run_with(size: int, queries: list[str], rng: random.Random, threads: int) ->
     from memoryhub import embeddings
     from memoryhub.services import search
 
+    before = embeddings._singleton
     embeddings._singleton = embeddings.MiniLMOnnxEmbedder(threads=threads)
     held = tokens_for(size, "http://127.0.0.1:9")
     readers = [rng.choice(held)[0] for _ in queries]
@@ -64,7 +65,7 @@ def run_with(size: int, queries: list[str], rng: random.Random, threads: int) ->
                 **alternated(work, names=("alongside", "at_once"))}
     finally:
         search.embeds_alongside = decided  # type: ignore[assignment]
-        embeddings._singleton = None
+        embeddings._singleton = before
 
 
 def main() -> None:

@@ -10,7 +10,9 @@ import json
 import logging
 import os
 import re
+import signal
 import threading
+import time
 
 import pytest
 from django.db import connection, transaction
@@ -127,14 +129,25 @@ def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, s
     from memoryhub.models import Tenant
 
     Tenant.objects.filter(pk=bruno.tenant.pk).update(judgment_plane=True)
-    with_task = lambda: fragments_search(  # noqa: E731
-        caller=people.caller(people.bruno), query="payments database", task="incident response",
-        task_tags=["incidents"])
-    alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, with_task)
+    read_before = people.caller(people.bruno)
+    embedded: list[list[str]] = []
+    real = search._embed
+    monkeypatch.setattr(search, "_embed", lambda texts: embedded.append(list(texts)) or real(texts))
+    task = {"task": "incident response", "task_tags": ["incidents"]}
+
+    def read_before_the_plane():
+        read_before.tenant.judgment_plane = False  # as the caller was read (the prologue reads it on)
+        return fragments_search(caller=read_before, query="payments database", **task)
+
+    alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, read_before_the_plane)
     assert alongside == at_once and alongside["hits"] and statements_alongside == statements_at_once
-    # On as the caller was read: the task goes with the query and arranges the same result.
-    alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, with_task)
+    assert embedded == [["payments database"], ["incident response incidents"]] * 2
+    # On as the caller was read: the task goes with the query, in one batch, and arranges the same result.
+    embedded.clear()
+    alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, lambda: fragments_search(
+        caller=people.caller(people.bruno), query="payments database", **task))
     assert alongside == at_once and alongside["hits"] and statements_alongside == statements_at_once
+    assert embedded == [["payments database", "incident response incidents"]] * 2
 
     # A receipt's replay is the same read again, whichever way each embeds.
     fragments_search(caller=bruno, query="payments database")
@@ -160,7 +173,8 @@ def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, s
     {"lexical_ranker": "ts_rank", "fusion": "rrf"},
 ])
 def test_every_ranking_reads_the_same_either_way(bruno, shared_fragment, monkeypatch, ranking):
-    """Where both pools do not share BM25's statement, nothing is compiled before the vector; the read waits for it."""
+    """Every ranking reads the same either way; one whose pools do not share BM25's statement compiles
+    nothing before the vector, and waits for it."""
     shared_fragment("Database failover: promote the replica and repoint the payments service.", "incidents")
     private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
     monkeypatch.setattr(search, "RANKING", dataclasses.replace(search.RANKING, **ranking))
@@ -295,9 +309,17 @@ def test_a_forked_process_embeds_on_threads_of_its_own():
     child = os.fork()
     if child == 0:  # pragma: no cover - the child's own exit code is the assertion
         try:
+            if search._pool is not None:
+                os._exit(3)  # the parent's pool, whose threads are not here
             answer = search._embedding_pool().submit(lambda: "child").result(timeout=WAIT_SECONDS)
             os._exit(0 if answer == "child" else 1)
         except BaseException:  # noqa: BLE001
             os._exit(2)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + WAIT_SECONDS * 2
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            pytest.fail("the forked process never answered")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(ended[1]) == 0
