@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from django.utils import timezone
 from memoryhub import access
 from memoryhub.access import Caller
 from memoryhub.celery import app as celery_app
-from memoryhub.errors import InvalidArgument
+from memoryhub.errors import Conflict, InvalidArgument
 from memoryhub.models import Erasure, Fragment, IdempotencyRecord, Receipt
 from memoryhub.services.fragments import fragment_views
 from memoryhub.services.members import member_get
@@ -157,18 +158,52 @@ def memory_erase_named(*, caller: Caller, username: str, rewrite_storage: bool =
     person = member_get(caller=caller, username=username).user
     done = memory_erase(caller=caller, user_id=person.pk, confirm=person.username)
     if rewrite_storage:
-        storage_clean_due(rewrite=True)
+        _storage_rewritten(done)
     return done
 
 
-# Since when the oldest other session of this database holds back what VACUUM
-# may remove (None: none does): a snapshot, or a transaction id without one (a
+# How long an asked-for rewrite waits for what holds it back: a transaction
+# older than the erasure, or a cleaning run already at it (the one the
+# erasure's commit sends off, say).
+REWRITE_WAIT_SECONDS = 60.0
+_REWRITE_RETRY_SECONDS = 0.2
+
+
+def _storage_rewritten(done: ErasureResult) -> None:
+    """The rewrite an operator asked for, once nothing holds it back; never
+    skipped in silence: past REWRITE_WAIT_SECONDS it is refused (Conflict),
+    saying the erasure itself is done."""
+    gives_up = time.monotonic() + REWRITE_WAIT_SECONDS
+    while isinstance(held := _storage_clean(rewrite=True), str):
+        if time.monotonic() >= gives_up:
+            raise Conflict(
+                f"Erased {done.fragments} memories of {done.username}, but the storage was not rewritten: {held}. "
+                "Run the erasure again with --rewrite-storage once that has ended; the erasure stays recorded, and "
+                "the beat cleans what it can meanwhile.")
+        _pause()
+
+
+def _pause() -> None:
+    time.sleep(_REWRITE_RETRY_SECONDS)
+
+
+# Since when the oldest other session holds back what VACUUM may remove (None:
+# none does): in this database a snapshot, or a transaction id without one (a
 # transaction that wrote, idle between statements at read committed, holds no
-# snapshot, yet VACUUM keeps every row version deleted after it began).
+# snapshot, yet VACUUM keeps every row version deleted after it began); in any
+# other database of the cluster a transaction id (VACUUM FULL kept an erased
+# row's bytes while a transaction that had written in another database, begun
+# before the erasure, was open; a snapshot there did not). And a prepared
+# transaction, wherever it is. A role that may not read other roles' sessions
+# (pg_read_all_stats) sees only its own.
 _OLDEST_SNAPSHOT = """
-SELECT min(coalesce(xact_start, query_start)) FROM pg_stat_activity
- WHERE datname = current_database() AND pid <> pg_backend_pid()
-   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+SELECT min(since) FROM (
+    SELECT coalesce(xact_start, query_start) AS since FROM pg_stat_activity
+     WHERE pid <> pg_backend_pid()
+       AND (backend_xid IS NOT NULL OR (datname = current_database() AND backend_xmin IS NOT NULL))
+    UNION ALL
+    SELECT prepared FROM pg_prepared_xacts
+) AS holders
 """
 _CLEANING_LOCK = 0x6D656D6F72796875  # one cleaning run at a time, deployment-wide
 
@@ -186,6 +221,12 @@ def storage_clean_due(*, rewrite: bool = False) -> int:
     that snapshot sees, and a concurrent REINDEX would wait for it. What VACUUM
     frees inside a page is reused, not zeroed: `rewrite` rewrites the table
     and every index instead, as a maintenance step. Returns the erasures cleaned."""
+    cleaned = _storage_clean(rewrite=rewrite)
+    return cleaned if isinstance(cleaned, int) else 0
+
+
+def _storage_clean(*, rewrite: bool) -> int | str:
+    """storage_clean_due's work: the erasures cleaned, or what held it back."""
     waiting = dict(Erasure.objects.filter(storage_cleaned_at__isnull=True).values_list("pk", "erased_at"))
     if not waiting and not rewrite:
         return 0
@@ -195,7 +236,7 @@ def storage_clean_due(*, rewrite: bool = False) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [_CLEANING_LOCK])
         if not cursor.fetchone()[0]:
-            return 0  # another run is at it
+            return "another cleaning run is at it"
         try:
             # A snapshot older than an erasure still sees its row versions: VACUUM would keep them
             # and a concurrent REINDEX would wait for it. Come back when it has ended.
@@ -203,7 +244,7 @@ def storage_clean_due(*, rewrite: bool = False) -> int:
             oldest = cursor.fetchone()[0]
             if oldest is not None and any(oldest <= erased_at for erased_at in waiting.values()):
                 logger.info("an erasure waits for a snapshot older than it (since %s) to end", oldest)
-                return 0
+                return f"a transaction older than the erasure, open since {oldest.isoformat()}, still holds its rows"
             for table in tables:
                 cursor.execute(f'VACUUM ({"FULL, ANALYZE" if rewrite else "ANALYZE, INDEX_CLEANUP ON"}) "{table}"')
             if not rewrite:

@@ -300,6 +300,62 @@ def test_a_storage_rewrite_leaves_no_byte_of_them_on_disk():
         assert MARKER.encode() not in raw and SECOND.encode() not in raw, path
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("holder", ["a transaction older than the erasure", "another cleaning run",
+                                    "a write in another database"])
+def test_an_asked_for_rewrite_waits_for_what_holds_it_back_and_is_never_skipped_in_silence(holder, monkeypatch):
+    """The erasure's own cleaning (sent off at its commit), an older transaction
+    or a write begun before it in another database of the cluster can hold the
+    rewrite back: it waits for them, and past its bound it fails saying so
+    (the erasure itself is done), where it used to return as if done."""
+    import psycopg
+    from django.core.management.base import CommandError
+
+    people = make_people()
+    bruno = people.caller(people.bruno)
+    _write(bruno, f"My favourite tea is {MARKER} oolong.")
+    connection.ensure_connection()
+    info = connection.connection.info
+    other = psycopg.connect(**{**info.get_parameters(), "password": info.password,
+                               "dbname": "postgres" if holder == "a write in another database" else info.dbname},
+                            autocommit=True)
+    try:
+        if holder == "another cleaning run":
+            other.execute("SELECT pg_advisory_lock(%s)", [portability._CLEANING_LOCK])
+        else:
+            other.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            other.execute("SELECT txid_current()" if holder == "a write in another database"
+                          else "SELECT count(*) FROM memoryhub_fragment")
+        monkeypatch.setattr(portability, "REWRITE_WAIT_SECONDS", 0)
+        with pytest.raises(CommandError, match="Erased 1 memories of bruno, but the storage was not rewritten: "
+                                               + ("another cleaning run" if holder == "another cleaning run"
+                                                  else "a transaction older than the erasure, open since")):
+            call_command("memory_erase", "acme", "bruno", yes=True, rewrite_storage=True)
+        assert not Fragment.objects.filter(value__contains=MARKER).exists()  # erased all the same
+        assert Erasure.objects.get().storage_cleaned_at is None
+
+        # Held back for a while: it waits, and rewrites once the holder is gone.
+        _write(bruno, f"My desk is by the {SECOND} window.")
+        monkeypatch.setattr(portability, "REWRITE_WAIT_SECONDS", 60)
+        pauses: list[bool] = []
+
+        def holder_ends() -> None:
+            pauses.append(True)
+            other.execute("SELECT pg_advisory_unlock_all()" if holder == "another cleaning run" else "ROLLBACK")
+
+        monkeypatch.setattr(portability, "_pause", holder_ends)
+        call_command("memory_erase", "acme", "bruno", yes=True, rewrite_storage=True)
+        assert pauses
+    finally:
+        other.close()
+    assert not Erasure.objects.filter(storage_cleaned_at__isnull=True).exists()
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+    for path in _relation_files():
+        raw = path.read_bytes()
+        assert MARKER.encode() not in raw and SECOND.encode() not in raw, path
+
+
 # What keeps old row versions from VACUUM, and how pg_stat_activity shows it
 # (backend_xmin, backend_xid): a snapshot; or a transaction id without one, as
 # a transaction that wrote holds while it sits idle between statements.
