@@ -188,21 +188,24 @@ def _pause() -> None:
 
 
 # Since when the oldest other session holds back what VACUUM may remove (None:
-# none does): in this database a snapshot, or a transaction id without one (a
-# transaction that wrote, idle between statements at read committed, holds no
-# snapshot, yet VACUUM keeps every row version deleted after it began); in any
-# other database of the cluster a transaction id (VACUUM FULL kept an erased
-# row's bytes while a transaction that had written in another database, begun
-# before the erasure, was open; a snapshot there did not). And a prepared
-# transaction, wherever it is. A role that may not read other roles' sessions
-# (pg_read_all_stats) sees only its own.
+# none does), and whether one whose start this role may not read does: in this
+# database a snapshot, or a transaction id without one (a transaction that
+# wrote, idle between statements at read committed, holds no snapshot, yet
+# VACUUM keeps every row version deleted after it began), and a prepared
+# transaction. For a rewrite (VACUUM FULL, the first parameter) also a
+# transaction id or a prepared transaction in any other database of the
+# cluster: VACUUM FULL kept an erased row's bytes while a transaction that had
+# written in another database, begun before the erasure, was open (a snapshot
+# there did not; a plain VACUUM ignores both). Without pg_read_all_stats a
+# role reads no other role's start times.
 _OLDEST_SNAPSHOT = """
-SELECT min(since) FROM (
+SELECT min(since), coalesce(bool_or(since IS NULL), false) FROM (
     SELECT coalesce(xact_start, query_start) AS since FROM pg_stat_activity
      WHERE pid <> pg_backend_pid()
-       AND (backend_xid IS NOT NULL OR (datname = current_database() AND backend_xmin IS NOT NULL))
+       AND CASE WHEN datname = current_database() THEN backend_xmin IS NOT NULL OR backend_xid IS NOT NULL
+                ELSE %(cluster)s AND backend_xid IS NOT NULL END
     UNION ALL
-    SELECT prepared FROM pg_prepared_xacts
+    SELECT prepared FROM pg_prepared_xacts WHERE database = current_database() OR %(cluster)s
 ) AS holders
 """
 _CLEANING_LOCK = 0x6D656D6F72796875  # one cleaning run at a time, deployment-wide
@@ -240,11 +243,14 @@ def _storage_clean(*, rewrite: bool) -> int | str:
         try:
             # A snapshot older than an erasure still sees its row versions: VACUUM would keep them
             # and a concurrent REINDEX would wait for it. Come back when it has ended.
-            cursor.execute(_OLDEST_SNAPSHOT)
-            oldest = cursor.fetchone()[0]
+            cursor.execute(_OLDEST_SNAPSHOT, {"cluster": rewrite})
+            oldest, unknown = cursor.fetchone()
             if oldest is not None and any(oldest <= erased_at for erased_at in waiting.values()):
                 logger.info("an erasure waits for a snapshot older than it (since %s) to end", oldest)
                 return f"a transaction older than the erasure, open since {oldest.isoformat()}, still holds its rows"
+            if rewrite and unknown and waiting:
+                # Another role's transaction, of an age this role may not read: it may be older.
+                return "a transaction of another role, whose start this role may not read, may still hold its rows"
             for table in tables:
                 cursor.execute(f'VACUUM ({"FULL, ANALYZE" if rewrite else "ANALYZE, INDEX_CLEANUP ON"}) "{table}"')
             if not rewrite:

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -157,8 +158,6 @@ def _no_older_snapshot() -> None:
     """A rewrite keeps the row versions an open snapshot of this database may
     still read (as the docs say): wait until no other session holds one, so
     what is measured is the rewrite itself."""
-    import time
-
     query = """SELECT pid, state, left(query, 80) FROM pg_stat_activity
                 WHERE datname = current_database() AND pid <> pg_backend_pid()
                   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)"""
@@ -340,8 +339,11 @@ def test_an_asked_for_rewrite_waits_for_what_holds_it_back_and_is_never_skipped_
         pauses: list[bool] = []
 
         def holder_ends() -> None:
+            if not pauses:
+                other.execute("SELECT pg_advisory_unlock_all()" if holder == "another cleaning run" else "ROLLBACK")
+            else:
+                time.sleep(0.05)  # something else holds it back for a moment (another test's transaction)
             pauses.append(True)
-            other.execute("SELECT pg_advisory_unlock_all()" if holder == "another cleaning run" else "ROLLBACK")
 
         monkeypatch.setattr(portability, "_pause", holder_ends)
         call_command("memory_erase", "acme", "bruno", yes=True, rewrite_storage=True)
