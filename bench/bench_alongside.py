@@ -27,26 +27,22 @@ from bench_prepared import alternated, paired_main
 
 def run(size: int, queries: list[str], rng: random.Random) -> dict:
     """Both ways with the encoder on one thread and on every core, the same readers for each."""
-    from memoryhub.embeddings import usable_cores
-
-    state = rng.getstate()
-    results = {}
-    for threads in sorted({1, usable_cores()}):
-        rng.setstate(state)
-        results[f"encoder_on_{threads}_threads"] = run_with(size, queries, rng, threads)
-    return results
-
-
-def run_with(size: int, queries: list[str], rng: random.Random, threads: int) -> dict:
     from bench_mcp import tokens_for
 
+    from memoryhub.embeddings import usable_cores
+
+    held = tokens_for(size, "http://127.0.0.1:9")
+    readers = [rng.choice(held)[0] for _ in queries]
+    return {f"encoder_on_{threads}_threads": run_with(readers, queries, threads)
+            for threads in sorted({1, usable_cores()})}
+
+
+def run_with(readers: list, queries: list[str], threads: int) -> dict:  # type: ignore[type-arg]
     from memoryhub import embeddings
     from memoryhub.services import search
 
     before = embeddings._singleton
     embeddings._singleton = embeddings.MiniLMOnnxEmbedder(threads=threads)
-    held = tokens_for(size, "http://127.0.0.1:9")
-    readers = [rng.choice(held)[0] for _ in queries]
     decided = search.embeds_alongside
 
     def way(caller, query: str) -> Callable[[bool], list]:  # type: ignore[no-untyped-def]

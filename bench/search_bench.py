@@ -340,7 +340,6 @@ def floor_in_sequence(queries: list[str], readers: list, now: dt.datetime, depth
     from memoryhub import access
     from memoryhub.embeddings import get_embedder
     from memoryhub.services import search
-    from memoryhub.services.search import RANKING
 
     embedder = get_embedder()
     whole, embedding, statement = [], [], []
@@ -352,7 +351,8 @@ def floor_in_sequence(queries: list[str], readers: list, now: dt.datetime, depth
             vector = embedder.embed([query])[0]
             embedded = time.perf_counter()
             # As index_queries_one_statement below times it.
-            search.lexical_scored(predicate, search.read_query_for(query, vector, RANKING), depth, RANKING,
+            ranking = search.RANKING
+            search.lexical_scored(predicate, search.read_query_for(query, vector, ranking), depth, ranking,
                                   vector=vector, tallied=search.tallied_statistics(policy))
             finished = time.perf_counter()
         whole.append((finished - started) * 1000)

@@ -45,6 +45,18 @@ def _marker(kind: type) -> Any:
     raise TypeError(f"a lookup takes values of {', '.join(k.__name__ for k in KINDS)}, not {kind.__name__}")
 
 
+def marker_places(params: Sequence[Any], marker: Any) -> list[int]:
+    """Where `marker` (a value compiled in the place of one to come) is among
+    a statement's parameters, found as the very object."""
+    return [index for index, param in enumerate(params) if param is marker]
+
+
+def marker_elsewhere(sql: str, params: Sequence[Any], marker: Any) -> bool:
+    """Whether `marker` is also in the SQL, or inside another parameter: in another form."""
+    return str(marker) in sql or any(isinstance(param, str) and param is not marker and str(marker) in param
+                                     for param in params)
+
+
 @dataclass(frozen=True)
 class Compiled:
     """A lookup compiled on one connection: its SQL and parameters, where its
@@ -115,12 +127,11 @@ class Lookup(Generic[M]):
         sql, params = compiler.as_sql()
         places = []
         for marker in markers:
-            found = [index for index, param in enumerate(params) if param is marker]
+            found = marker_places(params, marker)
             if len(found) != 1:
                 raise ValueError(
                     f"a lookup's value must be one parameter of its statement, as given: found {len(found)}")
-            if str(marker) in sql or any(isinstance(param, str) and param is not marker and str(marker) in param
-                                         for param in params):
+            if marker_elsewhere(sql, params, marker):
                 raise ValueError("a lookup's value is also in its statement in another form")
             places.append(found[0])
         klass_info, select = compiler.klass_info, compiler.select
@@ -148,4 +159,4 @@ def _instance(compiled: Compiled, row: Sequence[Any], alias: str) -> Any:
     return instance
 
 
-__all__ = ["Lookup"]
+__all__ = ["Lookup", "marker_elsewhere", "marker_places"]

@@ -65,6 +65,7 @@ from contract.receipt_chain import value_hash
 from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.database import prepared
+from memoryhub.database.lookups import marker_elsewhere, marker_places
 from memoryhub.embeddings import embedder_class, get_embedder, leaves_a_core
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import (
@@ -1203,7 +1204,10 @@ class BM25Statement:
         assert vector is not None
         # The text pgvector's CosineDistance writes for this vector (a QueryVector's, once per search).
         text = vector.to_text() if isinstance(vector, Vector) else Vector(vector).to_text()
-        return _planned_rows(self.sql, [text if value is self.slot else value for value in self.params])
+        params = list(self.params)
+        for place in marker_places(params, self.slot):
+            params[place] = text
+        return _planned_rows(self.sql, params)
 
 
 def bm25_statement(  # type: ignore[no-untyped-def]
@@ -1234,7 +1238,8 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     slot = _VectorSlot() if vector else None
     if slot is not None:
         nearest_sql, nearest_params = _sql(_nearest(predicate, slot, k))
-        if not any(value is slot.marker for value in nearest_params) or slot.marker in nearest_sql:
+        if (not marker_places(nearest_params, slot.marker)
+                or marker_elsewhere(nearest_sql, nearest_params, slot.marker)):
             raise RuntimeError("the vector pool no longer takes the query vector as a parameter")
         # MATERIALIZED: walked once, by the HNSW index, whatever reads it.
         pool_sql = (f"pool AS MATERIALIZED (SELECT x.id, row_number() OVER (ORDER BY x.distance, x.id) AS rank "  # noqa: S608

@@ -22,7 +22,7 @@ from pgvector import Vector
 
 from memoryhub import access, embeddings
 from memoryhub.errors import DeadlineExceeded
-from memoryhub.models import Receipt
+from memoryhub.models import Receipt, Tenant
 from memoryhub.observability import REQUEST_ID, JsonFormatter
 from memoryhub.services import search
 from memoryhub.services.receipts import receipt_replay
@@ -31,6 +31,13 @@ from tests.memory.conftest import private_fragment
 
 # Long enough for a loaded CI machine; a search that embeds at once never reaches it.
 WAIT_SECONDS = 30
+
+
+class Broken:
+    """An embedder that is down."""
+
+    def embed(self, texts):
+        raise RuntimeError("embedder down")
 
 
 @pytest.fixture
@@ -123,11 +130,9 @@ def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, s
         alongside, at_once, statements_alongside, statements_at_once = _both_ways(monkeypatch, search_once)
         assert alongside == at_once, name
         assert statements_alongside == statements_at_once, name
-    assert _both_ways(monkeypatch, searches["both pools"])[0]["hits"]
+        assert alongside["hits"] or name in ("stop words only: the vector alone", "nothing visible matches"), name
 
     # The judgment plane turned on after the caller was read: the task is embedded once the read sees it on.
-    from memoryhub.models import Tenant
-
     Tenant.objects.filter(pk=bruno.tenant.pk).update(judgment_plane=True)
     read_before = people.caller(people.bruno)
     embedded: list[list[str]] = []
@@ -159,10 +164,6 @@ def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, s
     assert replays[0] == replays[1] and replays[0]
 
     # An embedder that fails on its thread leaves the read lexical, as at once.
-    class Broken:
-        def embed(self, texts):
-            raise RuntimeError("embedder down")
-
     monkeypatch.setattr(search, "get_embedder", Broken)
     alongside, at_once, _, _ = _both_ways(monkeypatch, searches["a private memory"])
     assert alongside == at_once and alongside["hits"]
@@ -268,10 +269,6 @@ def test_the_statement_compiled_before_the_vector_is_the_one_compiled_with_it(br
 
 def test_an_embedding_that_fails_on_its_thread_is_logged_with_the_request(bruno, alongside, monkeypatch):
     private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
-
-    class Broken:
-        def embed(self, texts):
-            raise RuntimeError("embedder down")
 
     monkeypatch.setattr(search, "get_embedder", Broken)
 

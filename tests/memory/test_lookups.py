@@ -22,7 +22,6 @@ from memoryhub.database.lookups import Lookup
 from memoryhub.models import Agent, User
 from memoryhub.oauth import tokens
 from memoryhub.oauth.policy import MCP_PATH, resource_url
-from memoryhub.oauth.tokens import token_checksum
 from tests.support.rows import field_values
 from tests.support.tokens import make_token, person_mcp_token
 
@@ -52,7 +51,7 @@ def test_a_tokens_row_is_read_with_its_holder_as_the_orm_reads_it(people):
             assert row is not None
             for path in access.TOKEN_HOLDER_RELATED:
                 expected = access.one_row(AccessToken.objects.select_related(path).filter(
-                    token_checksum=token_checksum(raw)))
+                    token_checksum=tokens.token_checksum(raw)))
                 _same_tree(row, expected, path)
         # The lookup itself was one statement; every related row came with it.
         assert len(queries) == 1 + len(access.TOKEN_HOLDER_RELATED)

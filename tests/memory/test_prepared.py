@@ -6,12 +6,11 @@ nothing is prepared, and what is read is the same either way."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import pytest
 from django.db import DatabaseError, connection, transaction
@@ -192,8 +191,8 @@ def test_the_prologue_reads_the_same_values_prepared_or_not():
     query = "Would the gateway's state-of-the-art rotation, at 02:00, keep O'Brien's logs?"
     for caller in (people.caller(people.bruno), people.caller(people.ada), people.caller(people.triage_bot)):
         for nested in (False, True):
-            with transaction.atomic() if nested else contextlib.nullcontext(), \
-                    transaction.atomic() if nested else contextlib.nullcontext():
+            with transaction.atomic() if nested else nullcontext(), \
+                    transaction.atomic() if nested else nullcontext():
                 answer, ran = _prologue(caller, query)
                 with _setting_off():
                     unprepared, ran_unprepared = _prologue(caller, query)

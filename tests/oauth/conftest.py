@@ -131,5 +131,3 @@ def client_credentials(client_id: str, secret: str, **extra) -> dict:
 
 def stored_token(raw: str) -> AccessToken:
     return AccessToken.objects.get(token_checksum=token_checksum(raw))
-
-
