@@ -281,6 +281,30 @@ AS $$ SELECT coalesce(sum(coalesce(array_length(positions, 1), 1)), 0)::integer 
 """
 
 
+# Each lexeme of a search vector with how often it stands as a fragment's own
+# word (weight A) and as its context's (any other weight), as
+# {"lexeme": [own, context]} (null for a lexeme stored without positions): the
+# term frequencies BM25 reads, so a search looks a query word up instead of
+# unnesting every match's vector. An immutable SQL function a generated column
+# may call; created by migration 0017.
+TSVECTOR_COUNTS_FUNCTION = """
+CREATE OR REPLACE FUNCTION memoryhub_tsvector_counts(tsvector) RETURNS jsonb
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT coalesce(jsonb_object_agg(u.lexeme, CASE WHEN cardinality(u.weights) > 0 THEN jsonb_build_array(
+          cardinality(array_positions(u.weights, 'A')),
+          cardinality(u.weights) - cardinality(array_positions(u.weights, 'A'))) END), '{}'::jsonb)
+        FROM unnest($1) AS u $$
+"""
+
+
+class FragmentManager(models.Manager["Fragment"]):
+    """Fragments leave their term counts (search_counts, read by the search
+    statement alone) in the database unless asked for."""
+
+    def get_queryset(self) -> models.QuerySet[Fragment]:
+        return super().get_queryset().defer("search_counts")
+
+
 class Fragment(models.Model):
     class Retired(models.TextChoices):
         SUPERSEDED = "superseded", "Superseded"
@@ -365,6 +389,15 @@ class Fragment(models.Model):
         output_field=models.IntegerField(),
         db_persist=True,
     )
+    # Each lexeme's counts as an own word and as context (the lexical ranker's term frequencies).
+    search_counts = models.GeneratedField(
+        expression=models.Func(SearchDocument(models.F("value"), models.F("context")),
+                               function="memoryhub_tsvector_counts", output_field=models.JSONField()),
+        output_field=models.JSONField(),
+        db_persist=True,
+    )
+
+    objects = FragmentManager()
 
     class Meta:
         constraints = [

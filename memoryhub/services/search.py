@@ -1139,7 +1139,8 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     lexeme's document frequency counts only those, so what a reader cannot
     read moves neither their scores nor their order. A fragment's own words
     count `own_words_weight` times its context's (weights A and B of its
-    search vector). The score is divided by the query's ideal score (every
+    search vector, counted per lexeme as the fragment is written:
+    Fragment.search_counts). The score is divided by the query's ideal score (every
     lexeme's idf times k1 + 1, what a fragment saturated with every query word
     would reach), an absolute scale in [0, 1) fusion and the relevance floor
     can rely on.
@@ -1221,12 +1222,19 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     # through it once for the matches (PostgreSQL pulls the subquery up, so
     # that walks the full-text index): the visible fragments that hold any of
     # the query's lexemes, kept (`matching`), give each lexeme's document
-    # frequency and the newest `cap` matches. Without `tallied`, N and the
-    # mean length read the visible fragments once more.
+    # frequency and the newest `cap` matches. A match's term frequencies are
+    # looked up in its counts (Fragment.search_counts, written with it), not
+    # unnested from its vector: that was most of the statement's time where a
+    # query matches thousands. PostgreSQL keeps a row's counts compressed when
+    # the row is long (an embedding is most of it), and would decompress them
+    # at every lookup: `matching` keeps each match's counts decompressed once
+    # (`|| '{}'` makes a new value). Without `tallied`, N and the mean length
+    # read the visible fragments once more.
     visible_sql, visible_params = _sql(
-        Fragment.objects.filter(predicate).order_by().values("pk", "search_vector", "search_length", "recorded_at")
+        Fragment.objects.filter(predicate).order_by().values("pk", "search_vector", "search_length", "recorded_at",
+                                                             "search_counts")
     )
-    visible = f"({visible_sql}) AS v(id, search_vector, search_length, recorded_at)"
+    visible = f"({visible_sql}) AS v(id, search_vector, search_length, recorded_at, search_counts)"
     k1, b = ranking.bm25_k1, ranking.bm25_b
     if tallied is None:
         stats_sql = f"SELECT count(*)::float8 AS n, coalesce(avg(v.search_length), 0)::float8 AS avgdl FROM {visible}"  # noqa: S608
@@ -1250,15 +1258,16 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     WITH {pool_sql}stats AS (
         {stats_sql}
     ), matching AS MATERIALIZED (
-        SELECT v.id, v.search_vector, v.search_length, v.recorded_at FROM {visible}
+        SELECT v.id, v.search_length, v.recorded_at, v.search_counts || '{{}}'::jsonb AS search_counts FROM {visible}
          WHERE v.search_vector @@ %s::tsquery
     ), terms AS (
         SELECT t.lexeme, ln(1 + (s.n - f.df + 0.5) / (f.df + 0.5)) AS idf
-          FROM unnest(%s::text[], %s::tsquery[]) AS t(lexeme, query)
-         CROSS JOIN LATERAL (SELECT count(*) AS df FROM matching AS m WHERE m.search_vector @@ t.query) AS f
+          FROM unnest(%s::text[]) AS t(lexeme)
+         CROSS JOIN LATERAL (SELECT count(*) AS df FROM matching AS m
+                              WHERE jsonb_exists(m.search_counts, t.lexeme)) AS f
          CROSS JOIN stats AS s
     ), matches AS (
-        SELECT m.id, m.search_vector, m.search_length FROM matching AS m
+        SELECT m.id, m.search_counts, m.search_length FROM matching AS m
          WHERE m.id IN (SELECT n.id FROM matching AS n ORDER BY n.recorded_at DESC, n.id LIMIT %s)
             OR m.id = ANY({also_sql})
     ), scored AS (
@@ -1266,10 +1275,9 @@ def bm25_statement(  # type: ignore[no-untyped-def]
                / (SELECT sum(idf) * %s FROM terms) AS score
           FROM matches AS m
          CROSS JOIN stats AS s
-         CROSS JOIN LATERAL unnest(m.search_vector) AS u(lexeme, positions, weights)
-          JOIN terms AS t ON t.lexeme = u.lexeme
-         CROSS JOIN LATERAL (SELECT sum(CASE WHEN x = 'A' THEN %s ELSE 1.0 END)::float8 AS tf
-                               FROM unnest(u.weights) AS x) AS w
+          JOIN terms AS t ON jsonb_exists(m.search_counts, t.lexeme)
+         CROSS JOIN LATERAL (SELECT (c ->> 0)::float8 * %s + (c ->> 1)::float8 AS tf
+                               FROM (SELECT m.search_counts -> t.lexeme) AS counts(c)) AS w
          GROUP BY m.id
     ), ranked AS (
         SELECT id, score, rank FROM (
@@ -1285,8 +1293,7 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     # parse 'state-of-the-art' again, into a phrase no vector holds).
     matching = " | ".join(_quoted(lexeme) for lexeme in lexemes)
     params = (
-        *pool_params, *stats_params, *visible_params, matching, lexemes, [_quoted(lexeme) for lexeme in lexemes],
-        cap, *also_params,
+        *pool_params, *stats_params, *visible_params, matching, lexemes, cap, *also_params,
         k1 + 1, k1, b, b, k1 + 1, ranking.own_words_weight, k, *also_params,
     )
     return BM25Statement(sql=sql, params=params, slot=slot.marker if slot is not None else None)
@@ -1432,7 +1439,7 @@ def _own_document(row: access.FragmentValues) -> int | None:
 
 
 # What the row check leaves in the database (the index queries used it).
-ROW_CHECK_DEFERRED = ("search_vector", "search_length", "context")
+ROW_CHECK_DEFERRED = ("search_vector", "search_length", "search_counts", "context")
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,21 @@ reader cannot read never moves their scores or their order."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from memoryhub import access
+from memoryhub.models import Fragment
 from memoryhub.services import ingest, search
 from memoryhub.services.indexing import fragment_context
+from memoryhub.services.portability import memory_erase
 from memoryhub.services.search import Candidate, fragments_search, fuse_scores
+from tests.memory.conftest import private_fragment
 
 QUERY = "billing deploy"
 
@@ -43,7 +47,6 @@ def test_a_readers_scores_depend_only_on_what_they_may_read(people, shared_fragm
     # query's words; Bruno can read neither.
     for n in range(30):
         shared_fragment(f"Account {n}: billing contact changed, deploy of invoice run {n} pending.", "accounts")
-    from tests.memory.conftest import private_fragment
     for n in range(10):
         private_fragment(people.caller(people.cleo), f"billing note {n}", embed=False)
     after = _ranking(fragments_search(caller=bruno, query=QUERY))
@@ -110,8 +113,6 @@ def test_a_precise_memory_outranks_a_conversation_it_only_resembles(people, shar
 
 
 def test_a_date_word_alone_is_no_match(people):
-    from tests.memory.conftest import private_fragment
-
     may_8 = dt.datetime(2023, 5, 8, 12, 0, tzinfo=dt.UTC)
     bruno = people.caller(people.bruno)
     for n in range(8):
@@ -352,3 +353,100 @@ def test_the_judgment_plane_arranges_a_hedged_question_from_the_order_it_was_giv
     # A hit without an ordering of its own is placed by its score.
     unplaced = [replace(first, ordering=None), replace(second, ordering=None)]
     assert search._arrange(unplaced, task_vector=None, task_tags=[]) == [unplaced[1], unplaced[0]]
+
+
+def _vector_counts(pk: uuid.UUID) -> dict[str, list[int] | None]:
+    """A fragment's term counts worked out here from its search vector: per
+    lexeme, how many of its positions weigh A (its own words) and how many
+    weigh anything else (its context)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT u.lexeme, u.weights::text[] FROM memoryhub_fragment AS f, unnest(f.search_vector) AS u "
+                       "WHERE f.id = %s", [pk])
+        rows = cursor.fetchall()
+    return {lexeme: ([weights.count("A"), len(weights) - weights.count("A")] if weights else None)
+            for lexeme, weights in rows}
+
+
+def _stored_counts(pk: uuid.UUID) -> dict[str, list[int] | None]:
+    return Fragment.objects.values_list("search_counts", flat=True).get(pk=pk)
+
+
+def test_a_fragments_term_counts_are_those_of_its_search_vector_as_it_changes(people, shared_fragment):
+    plain = shared_fragment("Deploy the billing service, then deploy the invoice service.")
+    placed = shared_fragment("The festival tickets are sold out.")
+    placed.context = "8 May 2023\nFestival chat: tickets, tickets and the festival lineup"
+    placed.save(update_fields=["context"])
+    long = private_fragment(people.caller(people.bruno), " ".join(f"word{n % 300} deploy" for n in range(3000)),
+                            embed=False)
+    for fragment in (plain, placed, long):
+        assert _stored_counts(fragment.pk) == _vector_counts(fragment.pk) != {}
+    assert _stored_counts(plain.pk)["deploy"] == [2, 0]
+    # A word of its own and of its context; a word of its context only.
+    assert _stored_counts(placed.pk)["festiv"] == [1, 2] and _stored_counts(placed.pk)["lineup"] == [0, 1]
+    # The counts are the vector's: PostgreSQL keeps 255 positions of a lexeme at most.
+    assert _stored_counts(long.pk)["deploy"] == [255, 0]
+
+    plain.value = "Roll the billing service back."
+    plain.save(update_fields=["value"])
+    assert _stored_counts(plain.pk) == _vector_counts(plain.pk) and "deploy" not in _stored_counts(plain.pk)
+    # Loaded fragments leave the counts in the database; asked for, they come.
+    assert "search_counts" in Fragment.objects.get(pk=plain.pk).get_deferred_fields()
+
+
+def test_an_erased_fragment_keeps_no_count_of_its_words(people):
+    secret = private_fragment(people.caller(people.bruno), "The zanzibar merger closes on Friday.", embed=False)
+    assert "zanzibar" in _stored_counts(secret.pk)
+    memory_erase(caller=people.caller(people.ada), user_id=people.bruno.pk, confirm="bruno")
+    assert _stored_counts(secret.pk) == {} == _vector_counts(secret.pk)
+
+
+@pytest.mark.parametrize("tallied", [False, True])
+def test_bm25_is_okapi_bm25_over_what_the_reader_may_read(people, shared_fragment, tallied):
+    """The statement's scores against Okapi BM25 worked out here, from each
+    visible fragment's search vector: N, the mean length and each lexeme's
+    document frequency over what the reader may read, a fragment's own words
+    counting own_words_weight times its context's, and the query's ideal score
+    as the scale."""
+    bruno = people.caller(people.bruno)
+    shared_fragment("Deploy the billing service on Tuesdays; deploy twice when billing is late.")
+    shared_fragment("The billing dashboard shows failed payments per region.")
+    shared_fragment("Rotate the VPN keys every month.")
+    in_context = shared_fragment("Lunch is at noon.")
+    in_context.context = "Billing team chat: deploy day"
+    in_context.save(update_fields=["context"])
+    private_fragment(bruno, "My own billing deploy checklist.", embed=False)
+    for n in range(4):  # in a collection Bruno cannot read: counts for nobody's statistics but Carol's
+        shared_fragment(f"Account {n}: billing deploy pending.", "accounts")
+    private_fragment(people.caller(people.cleo), "Cleo's billing deploy notes.", embed=False)
+
+    ranking = search.RANKING
+    read_query = search.read_query_for("billing deploy", None, ranking)
+    policy = access.read_policy(caller=bruno, as_of=timezone.now())
+    assert search.tallied_statistics(policy) is not None
+    with transaction.atomic():
+        _, ranked, scores = search.lexical_scored(
+            policy.queryset_filter(), read_query, 10, ranking,
+            tallied=search.tallied_statistics(policy) if tallied else None)
+
+    visible = list(Fragment.objects.filter(policy.queryset_filter()).values_list("pk", "search_length"))
+    n = len(visible)
+    mean = sum(length for _, length in visible) / n
+    counts = {pk: _vector_counts(pk) for pk, _ in visible}
+    lexemes = list(read_query.lexemes)
+    idf = {lexeme: math.log(1 + (n - df + 0.5) / (df + 0.5))
+           for lexeme in lexemes for df in [sum(lexeme in held for held in counts.values())]}
+    k1, b, own = ranking.bm25_k1, ranking.bm25_b, ranking.own_words_weight
+    expected = {}
+    for pk, length in visible:
+        held = [lexeme for lexeme in lexemes if lexeme in counts[pk]]
+        if not held:
+            continue
+        total = 0.0
+        for lexeme in held:
+            mine, context = counts[pk][lexeme]  # type: ignore[misc]
+            tf = own * mine + context
+            total += idf[lexeme] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / max(mean, 1)))
+        expected[pk] = min(1.0, total / (sum(idf.values()) * (k1 + 1)))
+    assert len(expected) == 4
+    assert scores == pytest.approx(expected, rel=1e-9)
+    assert ranked == sorted(expected, key=lambda pk: (-expected[pk], str(pk)))
