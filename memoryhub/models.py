@@ -281,25 +281,10 @@ AS $$ SELECT coalesce(sum(coalesce(array_length(positions, 1), 1)), 0)::integer 
 """
 
 
-# Each lexeme of a search vector with how often it stands as a fragment's own
-# word (weight A) and as its context's (any other weight), as
-# {"lexeme": [own, context]} (null for a lexeme stored without positions): the
-# term frequencies BM25 reads, so a search looks a query word up instead of
-# unnesting every match's vector. An immutable SQL function a generated column
-# may call; created by migration 0017.
-TSVECTOR_COUNTS_FUNCTION = """
-CREATE OR REPLACE FUNCTION memoryhub_tsvector_counts(tsvector) RETURNS jsonb
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT coalesce(jsonb_object_agg(u.lexeme, CASE WHEN cardinality(u.weights) > 0 THEN jsonb_build_array(
-          cardinality(array_positions(u.weights, 'A')),
-          cardinality(u.weights) - cardinality(array_positions(u.weights, 'A'))) END), '{}'::jsonb)
-        FROM unnest($1) AS u $$
-"""
-
-
 class FragmentManager(models.Manager["Fragment"]):
-    """Fragments leave their term counts (search_counts, read by the search
-    statement alone) in the database unless asked for."""
+    """Fragments loaded through Fragment.objects (and a collection's or a
+    person's fragments) leave their term counts (search_counts, read by the
+    search statement alone) in the database; values() reads them."""
 
     def get_queryset(self) -> models.QuerySet[Fragment]:
         return super().get_queryset().defer("search_counts")
@@ -389,7 +374,11 @@ class Fragment(models.Model):
         output_field=models.IntegerField(),
         db_persist=True,
     )
-    # Each lexeme's counts as an own word and as context (the lexical ranker's term frequencies).
+    # Each lexeme's counts as an own word and as context, {"lexeme": [own, context]} (null for a
+    # lexeme stored without positions): the lexical ranker's term frequencies, looked up instead of
+    # unnested from every match's vector. memoryhub_tsvector_counts is made by migration 0017;
+    # replacing it does not recompute stored rows, so a change to it needs a migration that drops
+    # and adds this column again.
     search_counts = models.GeneratedField(
         expression=models.Func(SearchDocument(models.F("value"), models.F("context")),
                                function="memoryhub_tsvector_counts", output_field=models.JSONField()),

@@ -383,13 +383,13 @@ def test_a_fragments_term_counts_are_those_of_its_search_vector_as_it_changes(pe
     assert _stored_counts(plain.pk)["deploy"] == [2, 0]
     # A word of its own and of its context; a word of its context only.
     assert _stored_counts(placed.pk)["festiv"] == [1, 2] and _stored_counts(placed.pk)["lineup"] == [0, 1]
-    # The counts are the vector's: PostgreSQL keeps 255 positions of a lexeme at most.
+    # The counts are the vector's: to_tsvector keeps 255 positions of a lexeme at most.
     assert _stored_counts(long.pk)["deploy"] == [255, 0]
 
     plain.value = "Roll the billing service back."
     plain.save(update_fields=["value"])
     assert _stored_counts(plain.pk) == _vector_counts(plain.pk) and "deploy" not in _stored_counts(plain.pk)
-    # Loaded fragments leave the counts in the database; asked for, they come.
+    # Fragments loaded through Fragment.objects leave the counts in the database; values() reads them.
     assert "search_counts" in Fragment.objects.get(pk=plain.pk).get_deferred_fields()
 
 
@@ -411,7 +411,7 @@ def test_bm25_is_okapi_bm25_over_what_the_reader_may_read(people, shared_fragmen
     shared_fragment("Deploy the billing service on Tuesdays; deploy twice when billing is late.")
     shared_fragment("The billing dashboard shows failed payments per region.")
     shared_fragment("Rotate the VPN keys every month.")
-    in_context = shared_fragment("Lunch is at noon.")
+    in_context = shared_fragment("Billing lunch is at noon.")
     in_context.context = "Billing team chat: deploy day"
     in_context.save(update_fields=["context"])
     private_fragment(bruno, "My own billing deploy checklist.", embed=False)
