@@ -182,11 +182,29 @@ ORDERING_CODE = (
 )
 
 
-@functools.cache
+_DIGEST_LOCK = threading.Lock()
+_digest: str | None = None
+
+
 def ordering_code_digest() -> str:
     """A digest of ORDERING_CODE's source (of its compiled code where the
     source is not deployed): any edit changes it, even one that changes no
-    order, which only costs a replay its recorded parameters."""
+    order, which only costs a replay its recorded parameters.
+
+    Worked out once per process, by one thread: reading the source parses
+    this module (inspect's ast.parse, for each class), and CPython 3.11's
+    parser failed now and then with two threads at it ("AST constructor
+    recursion depth mismatch"), which failed a search when a server worker's
+    first searches came at once."""
+    global _digest
+    if _digest is None:
+        with _DIGEST_LOCK:
+            if _digest is None:
+                _digest = _ordering_code_digest()
+    return _digest
+
+
+def _ordering_code_digest() -> str:
     digest = hashlib.sha256()
     for name in ORDERING_CODE:
         function = globals()[name]

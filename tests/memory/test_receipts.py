@@ -7,6 +7,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 
 import pytest
@@ -233,7 +236,40 @@ def test_the_ranking_revision_follows_what_decides_an_order_besides_the_paramete
 
 def test_the_ordering_code_digest_reads_every_function_it_names():
     assert all(callable(getattr(search, name)) for name in search.ORDERING_CODE)
-    assert search.ordering_code_digest() == search.ordering_code_digest.__wrapped__()
+    assert search.ordering_code_digest() == search._ordering_code_digest()
+
+
+def test_the_ordering_code_digest_is_worked_out_once_by_one_thread_however_many_ask_at_once(monkeypatch):
+    """A server worker's first searches come at once, and reading the source
+    in several threads at once failed a search now and then (CPython's parser)."""
+    real = search._ordering_code_digest
+    guard = threading.Lock()
+    inside, most, calls = 0, 0, 0
+
+    def counted() -> str:
+        nonlocal inside, most, calls
+        with guard:
+            inside, calls = inside + 1, calls + 1
+            most = max(most, inside)
+        try:
+            time.sleep(0.05)  # long enough for every other thread to arrive
+            return real()
+        finally:
+            with guard:
+                inside -= 1
+
+    monkeypatch.setattr(search, "_ordering_code_digest", counted)
+    monkeypatch.setattr(search, "_digest", None)
+    together = threading.Barrier(8)
+
+    def ask(_: int) -> str:
+        together.wait(timeout=30)
+        return search.ordering_code_digest()
+
+    with ThreadPoolExecutor(max_workers=8) as threads:
+        digests = list(threads.map(ask, range(8)))
+    assert (calls, most) == (1, 1)
+    assert set(digests) == {real()}
 
 
 def test_the_ordering_code_digest_reads_compiled_code_where_the_source_is_not_deployed(monkeypatch):
@@ -245,8 +281,8 @@ def test_the_ordering_code_digest_reads_compiled_code_where_the_source_is_not_de
         raise OSError("no source deployed")
 
     monkeypatch.setattr(search.inspect, "getsource", no_source)
-    compiled = search.ordering_code_digest.__wrapped__()
-    assert compiled == search.ordering_code_digest.__wrapped__()
+    compiled = search._ordering_code_digest()
+    assert compiled == search._ordering_code_digest()
     # The same in other processes, whatever order their sets of strings are in.
     script = ("import inspect, django; django.setup(); from memoryhub.services import search\n"
               "def no_source(item): raise OSError\n"
@@ -257,7 +293,7 @@ def test_the_ordering_code_digest_reads_compiled_code_where_the_source_is_not_de
         assert run.stdout.strip() == compiled, run.stderr
     # A method's code takes part in it, and so does a plain value of a class.
     monkeypatch.setattr(search.RowCheckStatement, "with_scores", lambda self, scores: None)
-    edited = search.ordering_code_digest.__wrapped__()
+    edited = search._ordering_code_digest()
     assert edited != compiled
     monkeypatch.setattr(search.RowCheckStatement, "zoned", (0,))
-    assert search.ordering_code_digest.__wrapped__() != edited
+    assert search._ordering_code_digest() != edited
