@@ -34,7 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+import psycopg
+from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -167,6 +168,14 @@ def memory_erase_named(*, caller: Caller, username: str, rewrite_storage: bool =
 # erasure's commit sends off, say).
 REWRITE_WAIT_SECONDS = 60.0
 _REWRITE_RETRY_SECONDS = 0.2
+# How long VACUUM FULL waits for its lock on a table. While it waits, every
+# read and write of memory queues behind it; a session that holds the table
+# for longer (one idle in a transaction that read it) makes it give up, and
+# the next try comes after a longer pause, so memory is held up for at most
+# this long in every _TABLE_RETRY_SECONDS.
+REWRITE_LOCK_WAIT_MS = 1000
+_TABLE_RETRY_SECONDS = 5.0
+TABLE_HELD = "a session held the fragment table longer than the rewrite may keep memory waiting"
 
 
 def _storage_rewritten(done: ErasureResult) -> None:
@@ -180,11 +189,11 @@ def _storage_rewritten(done: ErasureResult) -> None:
                 f"Erased {done.fragments} memories of {done.username}, but the storage was not rewritten: {held}. "
                 "Run the erasure again with --rewrite-storage once that has ended; the erasure stays recorded, and "
                 "the beat cleans what it can meanwhile.")
-        _pause()
+        _pause(_TABLE_RETRY_SECONDS if held == TABLE_HELD else _REWRITE_RETRY_SECONDS)
 
 
-def _pause() -> None:
-    time.sleep(_REWRITE_RETRY_SECONDS)
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 # Since when the oldest other session holds back what VACUUM may remove (None:
@@ -251,11 +260,34 @@ def _storage_clean(*, rewrite: bool) -> int | str:
             if rewrite and unknown and waiting:
                 # Another role's transaction, of an age this role may not read: it may be older.
                 return "a transaction of another role, whose start this role may not read, may still hold its rows"
-            for table in tables:
-                cursor.execute(f'VACUUM ({"FULL, ANALYZE" if rewrite else "ANALYZE, INDEX_CLEANUP ON"}) "{table}"')
-            if not rewrite:
+            if rewrite:
+                if not _rewritten(cursor, tables):
+                    return TABLE_HELD
+            else:
+                for table in tables:
+                    cursor.execute(f'VACUUM (ANALYZE, INDEX_CLEANUP ON) "{table}"')
                 for index in _TEXT_INDEXES:
                     cursor.execute(f'REINDEX INDEX CONCURRENTLY "{index}"')
         finally:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [_CLEANING_LOCK])
     return Erasure.objects.filter(pk__in=list(waiting)).update(storage_cleaned_at=timezone.now())
+
+
+def _rewritten(cursor: Any, tables: tuple[str, ...]) -> bool:
+    """VACUUM FULL of each table, each waiting for its lock no longer than
+    REWRITE_LOCK_WAIT_MS (the session's own lock_timeout is put back after);
+    False when one gave up (a table done before stays done)."""
+    cursor.execute("SELECT current_setting('lock_timeout')")
+    before = cursor.fetchone()[0]
+    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{REWRITE_LOCK_WAIT_MS}ms"])
+    try:
+        for table in tables:
+            cursor.execute(f'VACUUM (FULL, ANALYZE) "{table}"')
+    except OperationalError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+            raise
+        logger.info("the storage rewrite gave up waiting for its lock on %s", table)
+        return False
+    finally:
+        cursor.execute("SELECT set_config('lock_timeout', %s, false)", [before])
+    return True

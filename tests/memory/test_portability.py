@@ -9,12 +9,13 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from contract import receipt_chain as chain_format
@@ -338,7 +339,7 @@ def test_an_asked_for_rewrite_waits_for_what_holds_it_back_and_is_never_skipped_
         monkeypatch.setattr(portability, "REWRITE_WAIT_SECONDS", 60)
         pauses: list[bool] = []
 
-        def holder_ends() -> None:
+        def holder_ends(seconds: float) -> None:
             if not pauses:
                 other.execute("SELECT pg_advisory_unlock_all()" if holder == "another cleaning run" else "ROLLBACK")
             else:
@@ -356,6 +357,61 @@ def test_an_asked_for_rewrite_waits_for_what_holds_it_back_and_is_never_skipped_
     for path in _relation_files():
         raw = path.read_bytes()
         assert MARKER.encode() not in raw and SECOND.encode() not in raw, path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rewrite_never_holds_memory_up_behind_a_session_that_holds_the_table(monkeypatch):
+    """A session idle in a transaction that read the fragments (begun after the
+    erasure, so it holds no row back) keeps the table's lock. VACUUM FULL used
+    to wait for it as long as it lasted, every read and write of memory queued
+    behind; it now gives up after its lock wait, says so, and rewrites once
+    the session is gone."""
+    import psycopg
+    from django.core.management.base import CommandError
+
+    people = make_people()
+    bruno = people.caller(people.bruno)
+    _write(bruno, f"My favourite tea is {MARKER} oolong.")
+    call_command("memory_erase", "acme", "bruno", yes=True)
+    _no_older_snapshot()
+    connection.ensure_connection()
+    info = connection.connection.info
+    other = psycopg.connect(**{**info.get_parameters(), "password": info.password}, autocommit=True)
+    outcome: list[BaseException | None] = []
+
+    def rewrite() -> None:
+        try:
+            call_command("memory_erase", "acme", "bruno", yes=True, rewrite_storage=True)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    try:
+        other.execute("BEGIN")
+        other.execute("SELECT count(*) FROM memoryhub_fragment")
+        monkeypatch.setattr(portability, "REWRITE_WAIT_SECONDS", 0)
+        monkeypatch.setattr(portability, "REWRITE_LOCK_WAIT_MS", 200)
+        worker = threading.Thread(target=rewrite)
+        worker.start()
+        worker.join(timeout=60)
+        # It came back while the session still holds the table.
+        assert not worker.is_alive() and other.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    finally:
+        other.close()
+        worker.join(timeout=60)
+    assert len(outcome) == 1 and isinstance(outcome[0], CommandError), outcome
+    assert portability.TABLE_HELD in str(outcome[0])
+    assert Erasure.objects.get().storage_cleaned_at is None
+
+    # The session gone, the same command rewrites.
+    call_command("memory_erase", "acme", "bruno", yes=True, rewrite_storage=True)
+    assert Erasure.objects.get().storage_cleaned_at is not None
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+    for path in _relation_files():
+        assert MARKER.encode() not in path.read_bytes(), path
 
 
 # What keeps old row versions from VACUUM, and how pg_stat_activity shows it
