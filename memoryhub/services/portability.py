@@ -27,6 +27,7 @@ values until they expire.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from django.db import OperationalError, connection, transaction
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -168,11 +169,13 @@ def memory_erase_named(*, caller: Caller, username: str, rewrite_storage: bool =
 # erasure's commit sends off, say).
 REWRITE_WAIT_SECONDS = 60.0
 _REWRITE_RETRY_SECONDS = 0.2
-# How long VACUUM FULL waits for its lock on a table. While it waits, every
-# read and write of memory queues behind it; a session that holds the table
-# for longer (one idle in a transaction that read it) makes it give up, and
-# the next try comes after a longer pause, so memory is held up for at most
-# this long in every _TABLE_RETRY_SECONDS.
+# How long VACUUM FULL waits for its lock on a table past deadlock_timeout
+# (when PostgreSQL cancels an autovacuum in its way: a lock_timeout no longer
+# than that would give up first). While it waits, every read and write of
+# memory queues behind it; a session that holds the table for longer (one
+# idle in a transaction that read it) makes it give up, and the next try
+# comes after a longer pause, so memory is held up for at most that long in
+# every _TABLE_RETRY_SECONDS.
 REWRITE_LOCK_WAIT_MS = 1000
 _TABLE_RETRY_SECONDS = 5.0
 TABLE_HELD = "a session held the fragment table longer than the rewrite may keep memory waiting"
@@ -244,7 +247,9 @@ def _storage_clean(*, rewrite: bool) -> int | str:
         return 0
     if connection.in_atomic_block:
         raise RuntimeError("the storage is cleaned outside any transaction (VACUUM cannot run inside one)")
-    tables = (Fragment._meta.db_table, Fragment.resources.through._meta.db_table)
+    # The small link table first: a rewrite that gives up on the fragment table
+    # has then rewritten nothing large for its next try to do again.
+    tables = (Fragment.resources.through._meta.db_table, Fragment._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [_CLEANING_LOCK])
         if not cursor.fetchone()[0]:
@@ -275,19 +280,31 @@ def _storage_clean(*, rewrite: bool) -> int | str:
 
 def _rewritten(cursor: Any, tables: tuple[str, ...]) -> bool:
     """VACUUM FULL of each table, each waiting for its lock no longer than
-    REWRITE_LOCK_WAIT_MS (the session's own lock_timeout is put back after);
-    False when one gave up (a table done before stays done)."""
-    cursor.execute("SELECT current_setting('lock_timeout')")
-    before = cursor.fetchone()[0]
-    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{REWRITE_LOCK_WAIT_MS}ms"])
+    deadlock_timeout and REWRITE_LOCK_WAIT_MS more; False when one gave up.
+    The session's own lock_timeout is put back after (the connection goes
+    back to the pool)."""
+    cursor.execute("SELECT current_setting('lock_timeout'), "
+                   "(extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint")
+    before, deadlock_ms = cursor.fetchone()
+    gave_up = False
     try:
-        for table in tables:
-            cursor.execute(f'VACUUM (FULL, ANALYZE) "{table}"')
-    except OperationalError as exc:
-        if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
-            raise
-        logger.info("the storage rewrite gave up waiting for its lock on %s", table)
-        return False
-    finally:
-        cursor.execute("SELECT set_config('lock_timeout', %s, false)", [before])
-    return True
+        try:
+            cursor.execute("SELECT set_config('lock_timeout', %s, false)",
+                           [f"{deadlock_ms + REWRITE_LOCK_WAIT_MS}ms"])
+            for table in tables:
+                cursor.execute(f'VACUUM (FULL, ANALYZE) "{table}"')
+        except OperationalError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                raise
+            logger.info("the storage rewrite gave up waiting for its lock on %s", table)
+            gave_up = True
+    except BaseException:
+        with contextlib.suppress(DatabaseError):  # the error that stopped it is the one to see
+            _lock_timeout_set(cursor, before)
+        raise
+    _lock_timeout_set(cursor, before)
+    return not gave_up
+
+
+def _lock_timeout_set(cursor: Any, value: str) -> None:
+    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [value])

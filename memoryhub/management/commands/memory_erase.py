@@ -17,10 +17,11 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true", help="Confirm: without it nothing is erased.")
         parser.add_argument("--rewrite-storage", action="store_true",
                             help="Also rewrite the fragment table (VACUUM FULL) so no page keeps the old bytes; "
-                                 "reads and writes of memory wait while it runs. It waits up to a minute for a "
+                                 "reads and writes of memory wait while it runs. It waits about a minute for a "
                                  "transaction older than the erasure, a cleaning run, or a session holding the "
-                                 "table (it waits for that lock a second at a time, so memory is never held up "
-                                 "long) to end; past that it says so and fails (the erasure itself is done).")
+                                 "table (it waits for that lock about two seconds at a time, so memory is never "
+                                 "held up long) to end; past that it says so and fails (the erasure itself is "
+                                 "done).")
         parser.add_argument("--json", action="store_true", help="Print the result as one JSON object.")
         add_acting_argument(parser)
 
