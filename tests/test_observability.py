@@ -10,13 +10,12 @@ import re
 import httpx2
 import pytest
 from django.test import Client
-from oauth2_provider.models import Application
 
 from memoryhub.observability import JsonFormatter
 from memoryhub.services.ingest import fragment_ingest
 from tests.conftest import signed_in
 from tests.mcpapi.rpc_http import call_tool
-from tests.support.tokens import make_token
+from tests.support.tokens import person_mcp_token
 
 SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>[-0-9.e+]+)$")
 
@@ -33,11 +32,7 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def token_for(user, base_url: str) -> str:
-    application = Application.objects.create(name="obs", client_type=Application.CLIENT_PUBLIC,
-                                             authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
-                                             redirect_uris="http://127.0.0.1:9/cb")
-    return make_token(application=application, user=user, scope="memory.read memory.write",
-                      resource=[f"{base_url}/mcp"])
+    return person_mcp_token(user, scope="memory.read memory.write", name="obs", base_url=base_url)[0]
 
 
 def test_the_counts_move_with_traffic(live_people, asgi_server):

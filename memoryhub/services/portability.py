@@ -283,28 +283,31 @@ def _rewritten(cursor: Any, tables: tuple[str, ...]) -> bool:
     deadlock_timeout and REWRITE_LOCK_WAIT_MS more; False when one gave up.
     The session's own lock_timeout is put back after (the connection goes
     back to the pool)."""
-    cursor.execute("SELECT current_setting('lock_timeout'), "
-                   "(extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint")
-    before, deadlock_ms = cursor.fetchone()
-    gave_up = False
-    try:
-        try:
-            cursor.execute("SELECT set_config('lock_timeout', %s, false)",
-                           [f"{deadlock_ms + REWRITE_LOCK_WAIT_MS}ms"])
-            for table in tables:
+    cursor.execute("SELECT (extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint")
+    deadlock_ms = cursor.fetchone()[0]
+    with _session_setting(cursor, "lock_timeout", f"{deadlock_ms + REWRITE_LOCK_WAIT_MS}ms"):
+        for table in tables:
+            try:
                 cursor.execute(f'VACUUM (FULL, ANALYZE) "{table}"')
-        except OperationalError as exc:
-            if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
-                raise
-            logger.info("the storage rewrite gave up waiting for its lock on %s", table)
-            gave_up = True
+            except OperationalError as exc:
+                if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                    raise
+                logger.info("the storage rewrite gave up waiting for its lock on %s", table)
+                return False
+    return True
+
+
+@contextlib.contextmanager
+def _session_setting(cursor: Any, name: str, value: str) -> Iterator[None]:
+    """`name` set to `value` for this session while the block runs, then put
+    back as it was (on an error too, without hiding it)."""
+    cursor.execute("SELECT current_setting(%s)", [name])
+    before = cursor.fetchone()[0]
+    cursor.execute("SELECT set_config(%s, %s, false)", [name, value])
+    try:
+        yield
     except BaseException:
         with contextlib.suppress(DatabaseError):  # the error that stopped it is the one to see
-            _lock_timeout_set(cursor, before)
+            cursor.execute("SELECT set_config(%s, %s, false)", [name, before])
         raise
-    _lock_timeout_set(cursor, before)
-    return not gave_up
-
-
-def _lock_timeout_set(cursor: Any, value: str) -> None:
-    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [value])
+    cursor.execute("SELECT set_config(%s, %s, false)", [name, before])

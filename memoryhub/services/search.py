@@ -639,8 +639,7 @@ def _execute(
     task_text, with_task = task
     task_vector = vectors[1] if judging and vectors and with_task else None
     if judging and vectors and task_text and not with_task:  # the plane was turned on since: embed it now
-        with phase("embedding"):
-            task_vectors = _embed([task_text])
+        task_vectors = _embedded([task_text])
         task_vector = task_vectors[0] if task_vectors else None
     matches = ordered_matches(candidates, ranking, query=request.query)
     abstained, abstain_reason = False, None
@@ -1246,7 +1245,7 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     # query matches thousands. PostgreSQL keeps a row's counts compressed when
     # the row is long (an embedding is most of it), and would decompress them
     # at every lookup: `matching` keeps each match's counts decompressed once
-    # (`|| '{}'` makes a new value). Without `tallied`, N and the mean length
+    # (`|| '{}'` hands on the value decompressed). Without `tallied`, N and the mean length
     # read the visible fragments once more.
     visible_sql, visible_params = _sql(
         Fragment.objects.filter(predicate).order_by().values("pk", "search_vector", "search_length", "recorded_at",

@@ -18,7 +18,6 @@ import asyncio
 import pytest
 from django.db import connections
 from django.utils import timezone
-from oauth2_provider.models import Application
 
 from memoryhub import access
 from memoryhub.mcp_adapter import render
@@ -30,7 +29,7 @@ from memoryhub.services.search import fragments_search
 from memoryhub.services.sources import source_register
 from tests.conftest import signed_in
 from tests.support.mcp_client import call, connect
-from tests.support.tokens import make_token
+from tests.support.tokens import person_mcp_token
 
 TITLE = "Globex account"
 URI = "https://crm.test/accounts/globex"
@@ -168,12 +167,7 @@ def enrich_in_thread(fragment_id: str) -> None:
 
 
 def _token(user, base_url: str) -> str:
-    application = Application.objects.create(
-        name="assistant", client_type=Application.CLIENT_PUBLIC,
-        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris="http://127.0.0.1:9/cb",
-    )
-    return make_token(application=application, user=user, scope="memory.read memory.write",
-                      resource=[f"{base_url}/mcp"])
+    return person_mcp_token(user, scope="memory.read memory.write", name="assistant", base_url=base_url)[0]
 
 
 def test_over_mcp_the_writer_is_served_only_the_id(live_people, asgi_server):

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections
@@ -300,6 +301,15 @@ def test_a_storage_rewrite_leaves_no_byte_of_them_on_disk():
         assert MARKER.encode() not in raw and SECOND.encode() not in raw, path
 
 
+def _another_session(*, dbname: str | None = None) -> psycopg.Connection:
+    """A session of its own (autocommit), as this test's connection logs in:
+    to this database, or to `dbname` of the same cluster."""
+    connection.ensure_connection()
+    info = connection.connection.info
+    return psycopg.connect(**{**info.get_parameters(), "password": info.password, "dbname": dbname or info.dbname},
+                           autocommit=True)
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("holder", ["a transaction older than the erasure", "another cleaning run",
                                     "a write in another database"])
@@ -308,17 +318,12 @@ def test_an_asked_for_rewrite_waits_for_what_holds_it_back_and_is_never_skipped_
     or a write begun before it in another database of the cluster can hold the
     rewrite back: it waits for them, and past its bound it fails saying so
     (the erasure itself is done), where it used to return as if done."""
-    import psycopg
     from django.core.management.base import CommandError
 
     people = make_people()
     bruno = people.caller(people.bruno)
     _write(bruno, f"My favourite tea is {MARKER} oolong.")
-    connection.ensure_connection()
-    info = connection.connection.info
-    other = psycopg.connect(**{**info.get_parameters(), "password": info.password,
-                               "dbname": "postgres" if holder == "a write in another database" else info.dbname},
-                            autocommit=True)
+    other = _another_session(dbname="postgres" if holder == "a write in another database" else None)
     try:
         if holder == "another cleaning run":
             other.execute("SELECT pg_advisory_lock(%s)", [portability._CLEANING_LOCK])
@@ -367,15 +372,12 @@ def test_a_rewrite_never_holds_memory_up_behind_a_session_that_holds_the_table(m
     behind; it now gives up after its lock wait while that session still holds
     the table, pauses longer, and rewrites once the session is gone. The
     connection's lock_timeout is what it was."""
-    import psycopg
 
     people = make_people()
     bruno = people.caller(people.bruno)
     _write(bruno, f"My favourite tea is {MARKER} oolong.")
     call_command("memory_erase", "acme", "bruno", yes=True)
-    connection.ensure_connection()
-    info = connection.connection.info
-    other = psycopg.connect(**{**info.get_parameters(), "password": info.password}, autocommit=True)
+    other = _another_session()
     outcome: list[BaseException | None] = []
     lock_timeouts: list[str] = []
     pauses: list[float] = []

@@ -29,10 +29,12 @@ def make_token(*, application: Application, user: Any | None, scope: str, resour
 
 
 def person_mcp_token(user: Any, *, scope: str = "memory.read memory.write memory.audit",
-                     name: str = "Desk assistant") -> tuple[str, AccessToken]:
-    """(raw token, its row) for `user` at /mcp, through a public client of its own."""
+                     name: str = "Desk assistant", base_url: str | None = None) -> tuple[str, AccessToken]:
+    """(raw token, its row) for `user` at /mcp (of `base_url`, a live server's;
+    the configured one unless given), through a public client of its own."""
     application = Application.objects.create(
         name=name, client_type=Application.CLIENT_PUBLIC, client_secret="", hash_client_secret=False,
         authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE, redirect_uris=REDIRECT_URI)
-    raw = make_token(application=application, user=user, scope=scope, resource=[resource_url(MCP_PATH)])
+    resource = f"{base_url}{MCP_PATH}" if base_url is not None else resource_url(MCP_PATH)
+    raw = make_token(application=application, user=user, scope=scope, resource=[resource])
     return raw, AccessToken.objects.get(application=application)
