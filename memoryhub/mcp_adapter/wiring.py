@@ -8,8 +8,10 @@ the same interfaces the edge deployment implements over HTTP."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 from django.conf import settings
 
 from mcpapi.gateway import GatewaySettings, build_app
@@ -36,10 +38,35 @@ def build_asgi_application(django_app: Any) -> Any:
     # application that memoryhub.asgi builds first.
     from memoryhub.mcp_adapter.client import inprocess_client_factory
     from memoryhub.mcp_adapter.verifier import DatabaseTokenVerifier
+    from memoryhub.services.search import search_warm_up
 
-    return build_app(
+    return WarmedAtStartup(build_app(
         verifier=DatabaseTokenVerifier(),
         client_factory=inprocess_client_factory,
         fallback=BodyGuard(django_app, timeout=BODY_TIMEOUT_SECONDS),
         settings=gateway_settings(),
-    )
+    ), warm=search_warm_up)
+
+
+class WarmedAtStartup:
+    """`app`, with `warm` run (on a worker thread) when the server starts,
+    before `app` hears of it: a server gives a worker requests only once its
+    lifespan startup is complete, so no request waits for what `warm` does (a
+    first search waited about half a second for the encoder to load)."""
+
+    def __init__(self, app: Any, *, warm: Callable[[], None]) -> None:
+        self.app = app
+        self.warm = warm
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def received() -> Any:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await anyio.to_thread.run_sync(self.warm)
+            return message
+
+        await self.app(scope, received, send)

@@ -727,6 +727,20 @@ def _embedded(texts: list[str]) -> list[list[float]] | None:
         return _embed(texts)
 
 
+def search_warm_up() -> None:
+    """Do ahead what a process's first search would otherwise do before it
+    could answer: load the encoder and run it once, and work out the ranking
+    revision. A server's worker does this as it starts, before it takes
+    requests (memoryhub.mcp_adapter.wiring). A failing encoder is logged, not
+    raised: searches then answer from full-text search alone, as they would
+    have, and try the encoder again."""
+    ordering_code_digest()
+    try:
+        get_embedder().embed(["warm up"])
+    except Exception:  # noqa: BLE001 - the worker still serves, as a search would
+        logger.exception("the encoder failed to start; searches answer from full-text search alone until it works")
+
+
 _POOL_LOCK = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
