@@ -121,7 +121,15 @@ def tool_result(structured: dict[str, Any]) -> types.CallToolResult:
 def jsonable(value: dict[str, Any]) -> dict[str, Any]:
     """Plain JSON types only, so a client may hand back datetimes or UUIDs; and
     valid Unicode only, because a lone surrogate has no UTF-8 form on the wire."""
-    converted: dict[str, Any] = _scalar_strings(json.loads(json.dumps(value, default=_encode)))
+    text = json.dumps(value, default=_encode, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        # A lone surrogate somewhere, a key's included: each string is repaired.
+        repaired: dict[str, Any] = _scalar_strings(json.loads(text))
+        return repaired
+    # Valid Unicode throughout: nothing to walk (the walk was most of this on a search's result).
+    converted: dict[str, Any] = json.loads(text)
     return converted
 
 
