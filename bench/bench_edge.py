@@ -67,10 +67,11 @@ def database_url(settings_dict: dict) -> str:
 
 @contextmanager
 def process(name: str, target: str, port: int, env: dict[str, str], logs: Path, *,
-            workers: int | None = None) -> Iterator[str]:
+            workers: int | None = None, root: Path = ROOT) -> Iterator[str]:
     """`target` served on `port`: by one plain uvicorn process, or with `workers`
     by the product's own server (mcpapi.serving, uvicorn with that many worker
-    processes, 0 for its default of one per core), the way it is deployed."""
+    processes, 0 for its default of one per core), the way it is deployed;
+    from the checkout at `root` (this one unless named: its code is what runs)."""
     import httpx2
 
     url = f"http://127.0.0.1:{port}"
@@ -82,7 +83,7 @@ def process(name: str, target: str, port: int, env: dict[str, str], logs: Path, 
         command = ["-m", "mcpapi.serving", target, "--host", "127.0.0.1", "--port", str(port),
                    *(["--workers", str(workers)] if workers else [])]
     with open(log, "wb") as out:
-        popen = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        popen = subprocess.Popen([sys.executable, *command], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=workers is not None)
     try:
         deadline = time.monotonic() + 180
