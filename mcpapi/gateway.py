@@ -201,7 +201,8 @@ class Gateway:
         if isinstance(caller, Refusal):
             return caller
         try:
-            decision = await self._limiter.take(caller.principal)
+            with observe.step("rate_limit"):
+                decision = await self._limiter.take(caller.principal)
         except Exception:  # noqa: BLE001
             # Failing closed: a limit that vanishes while Redis is down is no limit.
             logger.exception("rate limiter unavailable")
@@ -243,7 +244,8 @@ class Gateway:
             return self._unauthorized(endpoint, invalid=presented.sent, why="A bearer token is required")
         resource = resource_url(self._settings.base_url, endpoint)
         try:
-            principal = await self._verifier.verify(presented.token, resource=resource)
+            with observe.step("token"):
+                principal = await self._verifier.verify(presented.token, resource=resource)
         except VerificationThrottled as throttled:
             observe.VERIFICATIONS.labels(outcome="throttled").inc()
             return self._rate_limited(throttled.retry_after)

@@ -52,6 +52,11 @@ def test_the_counts_move_with_traffic(live_people, asgi_server):
     assert moved('memoryhub_token_verifications_total{outcome="valid"}') == 1
     assert moved('memoryhub_token_verifications_total{outcome="invalid"}') == 1
     assert moved('memoryhub_mcp_requests_total{endpoint="/mcp",status="401"}') == 1
+    # Both requests were timed whole, and both tokens' checks; only the valid one reached the rate limit.
+    assert moved('memoryhub_mcp_request_seconds_count{endpoint="/mcp"}') == 2
+    assert moved('memoryhub_mcp_step_seconds_count{step="token"}') == 2
+    assert moved('memoryhub_mcp_step_seconds_count{step="rate_limit"}') == 1
+    assert moved('memoryhub_mcp_step_seconds_sum{step="token"}') > 0
     for step in ("embedding", "prologue", "index_query", "row_check", "serving", "receipt"):
         assert moved(f'memoryhub_search_phase_seconds_count{{phase="{step}"}}') == 1, step
     assert moved('memoryhub_http_seconds_count{group="accounts",status="200"}') >= 1
