@@ -40,6 +40,7 @@ import json
 import os
 import platform
 import random
+import re
 import secrets
 import statistics
 import sys
@@ -214,12 +215,14 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
                 call(i)
         samples: dict[str, list[float]] = {name: [] for name in paths}
         names = list(paths)
+        before = {mode: scrape(http, urls[mode]) for mode in args.db_modes}
         for i in range(len(plan)):
             shift = i % len(names)
             for name in names[shift:] + names[:shift]:
                 started = time.perf_counter()
                 paths[name](i)
                 samples[name].append((time.perf_counter() - started) * 1000)
+        after = {mode: scrape(http, urls[mode]) for mode in args.db_modes}
         result["service"] = summary(samples["service"])
 
         # Then each path alone with `clients` at once.
@@ -246,6 +249,8 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
             one["requests_per_s"] = round(1000 / statistics.mean(samples[mode]), 1)
             result["mcp"][mode] = {
                 "one_at_a_time": one, "concurrent": many,
+                "where_it_goes": where_it_goes(before[mode], after[mode], len(plan), client=samples[mode],
+                                               service=samples["service"]),
                 "overhead": {
                     "p50_ratio": round(one["p50_ms"] / result["service"]["p50_ms"], 2),
                     "p50_added_ms": round(one["p50_ms"] - result["service"]["p50_ms"], 1),
@@ -255,6 +260,45 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
                 },
             }
     return result
+
+
+SAMPLE = re.compile(r"^(?P<key>[a-z_]+(?:\{[^}]*\})?) (?P<value>[-0-9.e+]+)$")
+
+
+def scrape(http, url: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The server's metrics (/metrics answers a loopback client), every worker's summed."""
+    answer = http.get(f"{url}/metrics")
+    answer.raise_for_status()
+    return {match["key"]: float(match["value"]) for match in map(SAMPLE.match, answer.text.splitlines()) if match}
+
+
+def where_it_goes(before: dict[str, float], after: dict[str, float], n: int, *, client: list[float],
+                  service: list[float]) -> dict[str, float]:
+    """Where MCP's time went in the one-at-a-time run, in milliseconds per request (means: the
+    server's own timers, moved by these `n` requests, beside the client's and the service's means)."""
+    def per_request(key: str) -> float:
+        return (after.get(key, 0.0) - before.get(key, 0.0)) * 1000 / n
+
+    request = per_request('memoryhub_mcp_request_seconds_sum{endpoint="/mcp"}')
+    token = per_request('memoryhub_mcp_step_seconds_sum{step="token"}')
+    rate_limit = per_request('memoryhub_mcp_step_seconds_sum{step="rate_limit"}')
+    tool = per_request('memoryhub_mcp_tool_seconds_sum{outcome="ok",tool="memory_search"}')
+    parts = {
+        "client_mean": statistics.mean(client),
+        "service_mean": statistics.mean(service),
+        "server_request": request,
+        # What the client and HTTP cost around the server's request.
+        "http_and_client": statistics.mean(client) - request,
+        "token_check": token,
+        "rate_limit": rate_limit,
+        # The SDK (parsing, validation, serialising) and the gateway's other checks.
+        "sdk_and_gateway_rest": request - token - rate_limit - tool,
+        "tool": tool,
+        # The tool call beyond the same search in this process: the thread hop, the caller's lookup,
+        # the result budget's rendering and checks, and the two processes' noise.
+        "tool_beyond_service": tool - statistics.mean(service),
+    }
+    return {name: round(value, 2) for name, value in parts.items()}
 
 
 def markdown(results: dict) -> str:
@@ -269,6 +313,12 @@ def markdown(results: dict) -> str:
                 f"{sc['p95_ms']}) | {many['requests_per_s']} ({many['p50_ms']} / {many['p95_ms']}) | "
                 f"{o['throughput_ratio']} | {one['requests_per_s']} | {o['scaling']}× |"
             )
+    breakdown = [
+        f"| {int(size):,} | {mode} | {w['client_mean']} | {w['service_mean']} | {w['http_and_client']} | "
+        f"{w['token_check']} | {w['rate_limit']} | {w['sdk_and_gateway_rest']} | {w['tool_beyond_service']} |"
+        for size, r in results["sizes"].items() for mode, m in r["mcp"].items()
+        if (w := m.get("where_it_goes"))
+    ]
     return (
         f"{SECTION} ({results['date']})\n\n"
         f"`memory_search` called in the memory service (this process) against the same call over MCP "
@@ -292,6 +342,13 @@ def markdown(results: dict) -> str:
         "connecting costs: the token check and the tool call each run in a worker thread, so without a pool "
         "each opens a database connection of its own (Django advises against persistent connections under "
         "ASGI and for a pool instead). Under load, the 8 MCP clients and the server share the same cores.\n\n"
+        "Where the one-at-a-time run's time went, in ms per request (means, from the server's own timers at "
+        "`/metrics`: the whole request, the token's check, the rate limit and the tool call; the SDK and the "
+        "gateway's other checks are the request's rest; the tool beyond the service is the tool call's mean "
+        "less the same searches' in this process: the thread hop, the caller's lookup, the result budget):\n\n"
+        "| fragments | server's connections | MCP, client's mean | service mean | HTTP and client | token check | "
+        "rate limit | SDK and gateway's rest | tool beyond the service |\n"
+        "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(breakdown) + "\n\n"
         "Rerun: `python bench/bench_mcp.py [--sizes 10000,100000] [--queries 200] [--concurrency 8] "
         "[--db-modes pool,per-request] [--workers N] [--no-append]` (benchmark database `memoryhub_bench`; writes "
         "`bench/results/mcp_bench.json` and replaces this section).\n"
