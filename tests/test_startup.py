@@ -75,3 +75,38 @@ def test_a_worker_whose_encoder_fails_still_starts_and_says_why(cold, monkeypatc
     assert seen["digest"] is not None
     failed = [record for record in caplog.records if "encoder failed to start" in record.getMessage()]
     assert failed and "the model file is unreadable" in str(failed[0].exc_info[1])
+
+
+def test_a_worker_whose_ranking_revision_fails_still_starts_and_says_why(cold, monkeypatch, caplog) -> None:
+    def broken() -> str:
+        raise RuntimeError("the ordering code's source is unreadable")
+
+    monkeypatch.setattr(search, "_ordering_code_digest", broken)
+    seen: dict[str, Any] = {}
+    with caplog.at_level(logging.ERROR, logger="memoryhub.search"):
+        assert _started(_application(), seen) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert seen["digest"] is None and seen["encoder"] is not None
+    failed = [record for record in caplog.records if "ranking revision could not be worked out" in record.getMessage()]
+    assert failed and "source is unreadable" in str(failed[0].exc_info[1])
+
+
+def test_every_other_scope_passes_through_untouched() -> None:
+    from memoryhub.mcp_adapter.wiring import WarmedAtStartup
+
+    warmed: list[str] = []
+    seen: list[tuple[str, Any]] = []
+
+    async def inner(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append((scope["type"], await receive()))
+
+    async def receive() -> dict[str, str]:
+        return {"type": "http.request"}
+
+    async def nothing(message: Any) -> None:
+        return None
+
+    application = WarmedAtStartup(inner, warm=lambda: warmed.append("warmed"))
+    for kind in ("http", "websocket"):
+        anyio.run(application, {"type": kind}, receive, nothing)
+    assert seen == [("http", {"type": "http.request"}), ("websocket", {"type": "http.request"})]
+    assert warmed == []

@@ -733,8 +733,12 @@ def search_warm_up() -> None:
     revision. A server's worker does this as it starts, before it takes
     requests (memoryhub.mcp_adapter.wiring). A failing encoder is logged, not
     raised: searches then answer from full-text search alone, as they would
-    have, and try the encoder again."""
-    ordering_code_digest()
+    have, and try the encoder again. A failing digest is logged too: the
+    worker still starts, and its searches fail saying so, as they would."""
+    try:
+        ordering_code_digest()
+    except Exception:  # noqa: BLE001 - the worker still serves what needs no ranking
+        logger.exception("the ranking revision could not be worked out; searches will fail until it can")
     try:
         get_embedder().embed(["warm up"])
     except Exception:  # noqa: BLE001 - the worker still serves, as a search would

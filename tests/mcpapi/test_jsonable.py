@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import uuid
 
-from mcpapi.tools import jsonable
+from mcpapi.tools import _encode, _scalar_strings, jsonable
 
 
 def test_values_a_client_may_hand_back_become_plain_json() -> None:
@@ -35,3 +36,12 @@ def test_lone_surrogates_become_replacement_characters_wherever_they_are() -> No
 
 def test_a_surrogate_pair_split_over_two_code_points_is_its_character() -> None:
     assert jsonable({"emoji": "\ud83d\ude00", "lone": "\ud83d!"}) == {"emoji": "😀", "lone": "\ufffd!"}
+
+
+def test_keys_that_are_not_text_and_numbers_json_cannot_spell_come_out_as_before() -> None:
+    value = {1: "a", None: "b", False: "c", 2.5: "d", "n": float("nan"), "i": float("inf"), "big": 2**70}
+    converted = jsonable(value)
+    before = _scalar_strings(json.loads(json.dumps(value, default=_encode)))
+    assert converted.keys() == before.keys() == {"1", "null", "false", "2.5", "n", "i", "big"}
+    assert math.isnan(converted["n"]) and math.isnan(before["n"])
+    assert {k: v for k, v in converted.items() if k != "n"} == {k: v for k, v in before.items() if k != "n"}
