@@ -39,7 +39,7 @@ from search_bench import DATA, Corpus, build  # noqa: E402
 SIZE = 10_000
 
 
-def one_start(root: Path, searches: list[tuple[str, str]], logs: Path) -> dict:
+def one_start(root: Path, queries: list[str], logs: Path) -> dict:
     import httpx2
     from django.db import connection
 
@@ -60,7 +60,7 @@ def one_start(root: Path, searches: list[tuple[str, str]], logs: Path) -> dict:
         up = time.perf_counter() - started
         timings = []
         with httpx2.Client(timeout=60, trust_env=False) as http:
-            for number, (query, _) in enumerate(searches):
+            for number, query in enumerate(queries):
                 token = readers[number % len(readers)][1]
                 begun = time.perf_counter()
                 mcp_call(http, f"{url}/mcp", token, query)
@@ -79,17 +79,19 @@ def main() -> None:
     roots = {"this checkout": ROOT, **({"compared": args.compare.resolve()} if args.compare else {})}
     runs: dict[str, list[dict]] = {name: [] for name in roots}
     logs = Path(tempfile.mkdtemp(prefix="bench-first-"))
+    load_average_before = round(os.getloadavg()[0], 1)
     with bench_database():
         build(SIZE, Corpus([item["value"] for item in data["fragments"]]), rebuild=False)
         for _ in range(args.starts):
+            # The same searches after each checkout's start.
+            queries = [item["query"] for item in rng.sample(data["queries"], args.searches)]
             for name, root in roots.items():
-                searches = [(item["query"], "") for item in rng.sample(data["queries"], args.searches)]
-                runs[name].append(one_start(root, searches, logs))
+                runs[name].append(one_start(root, queries, logs))
                 print(name, json.dumps(runs[name][-1]), flush=True)
     result = {
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "load_average_before": round(os.getloadavg()[0], 1),
+        "load_average_before": load_average_before,
         "roots": {name: str(root) for name, root in roots.items()},
         "fragments": SIZE,
         "runs": runs,

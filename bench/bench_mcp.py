@@ -276,8 +276,15 @@ def where_it_goes(before: dict[str, float], after: dict[str, float], n: int, *, 
                   service: list[float]) -> dict[str, float]:
     """Where MCP's time went in the one-at-a-time run, in milliseconds per request (means: the
     server's own timers, moved by these `n` requests, beside the client's and the service's means)."""
+    def moved(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
     def per_request(key: str) -> float:
-        return (after.get(key, 0.0) - before.get(key, 0.0)) * 1000 / n
+        # A timer these requests did not move (a metric renamed, a label added) would read as 0 ms.
+        counted = key.replace("_sum{", "_count{")
+        if moved(counted) != n:
+            raise RuntimeError(f"{counted} moved by {moved(counted):g}, not by the run's {n} requests")
+        return moved(key) * 1000 / n
 
     request = per_request('memoryhub_mcp_request_seconds_sum{endpoint="/mcp"}')
     token = per_request('memoryhub_mcp_step_seconds_sum{step="token"}')
