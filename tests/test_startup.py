@@ -17,28 +17,18 @@ import pytest
 
 from memoryhub import embeddings
 from memoryhub.services import search
+from tests.support.lifespan import lifespan_messages
 
 
 def _started(application: Any, seen: dict[str, Any]) -> list[str]:
     """The messages the application sends for a startup and a shutdown; in
     `seen`, whether the encoder and the ranking revision were ready when it
     said it had started."""
-    async def run() -> list[str]:
-        inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
-        outbox: list[str] = []
+    def sent(kind: str) -> None:
+        if kind == "lifespan.startup.complete":
+            seen.update(encoder=embeddings._singleton, digest=search._digest)
 
-        async def receive() -> dict[str, str]:
-            return inbox.pop(0)
-
-        async def send(message: dict[str, str]) -> None:
-            if message["type"] == "lifespan.startup.complete":
-                seen.update(encoder=embeddings._singleton, digest=search._digest)
-            outbox.append(message["type"])
-
-        await application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
-        return outbox
-
-    return anyio.run(run)
+    return lifespan_messages(application, on_send=sent)
 
 
 @pytest.fixture
@@ -64,30 +54,24 @@ def test_a_worker_has_its_encoder_and_ranking_revision_before_it_says_it_has_sta
     assert embeddings.get_embedder() is seen["encoder"]
 
 
-def test_a_worker_whose_encoder_fails_still_starts_and_says_why(cold, monkeypatch, caplog) -> None:
-    def broken() -> Any:
-        raise RuntimeError("the model file is unreadable")
+@pytest.mark.parametrize(("broken", "logged", "ready", "unready"), [
+    ("get_embedder", "encoder failed to start", "digest", "encoder"),
+    ("_ordering_code_digest", "ranking revision could not be worked out", "encoder", "digest"),
+])
+def test_a_worker_whose_warm_up_fails_still_starts_and_says_why(cold, monkeypatch, caplog, broken, logged,
+                                                                ready, unready) -> None:
+    """The encoder failing to load, or the ranking revision failing to be worked out: the other is still
+    made ready, the worker still starts, and the log says what failed."""
+    def failing() -> Any:
+        raise RuntimeError(f"{broken} is broken")
 
-    monkeypatch.setattr(search, "get_embedder", broken)
+    monkeypatch.setattr(search, broken, failing)
     seen: dict[str, Any] = {}
     with caplog.at_level(logging.ERROR, logger="memoryhub.search"):
         assert _started(_application(), seen) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
-    assert seen["digest"] is not None
-    failed = [record for record in caplog.records if "encoder failed to start" in record.getMessage()]
-    assert failed and "the model file is unreadable" in str(failed[0].exc_info[1])
-
-
-def test_a_worker_whose_ranking_revision_fails_still_starts_and_says_why(cold, monkeypatch, caplog) -> None:
-    def broken() -> str:
-        raise RuntimeError("the ordering code's source is unreadable")
-
-    monkeypatch.setattr(search, "_ordering_code_digest", broken)
-    seen: dict[str, Any] = {}
-    with caplog.at_level(logging.ERROR, logger="memoryhub.search"):
-        assert _started(_application(), seen) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
-    assert seen["digest"] is None and seen["encoder"] is not None
-    failed = [record for record in caplog.records if "ranking revision could not be worked out" in record.getMessage()]
-    assert failed and "source is unreadable" in str(failed[0].exc_info[1])
+    assert seen[ready] is not None and seen[unready] is None
+    failed = [record for record in caplog.records if logged in record.getMessage()]
+    assert failed and f"{broken} is broken" in str(failed[0].exc_info[1])
 
 
 def test_every_other_scope_passes_through_untouched() -> None:

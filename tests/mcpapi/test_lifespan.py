@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
-
 from mcpapi.gateway import GatewaySettings, build_app
+from tests.support.lifespan import lifespan_messages
 
 from .fakes import FakeVerifier, MemoryStore
 from .live import KEY_PREFIX, REDIS_URL
@@ -29,18 +28,5 @@ def test_it_answers_the_lifespan_itself() -> None:
         ),
     )
 
-    async def run() -> list[str]:
-        inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
-        outbox: list[str] = []
-
-        async def receive() -> dict[str, str]:
-            return inbox.pop(0)
-
-        async def send(message: dict[str, str]) -> None:
-            outbox.append(message["type"])
-
-        await app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
-        return outbox
-
-    assert anyio.run(run) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert lifespan_messages(app) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert seen == []
