@@ -65,6 +65,27 @@ def database_url(settings_dict: dict) -> str:
             f"{quote(settings_dict['NAME'], safe='')}?{urlencode(query)}")
 
 
+# Benchmarks measure latency, not the per-principal limit.
+LIFTED_RATE_LIMIT = {"MEMORYHUB_RATE_PER_MINUTE": "100000000", "MEMORYHUB_RATE_BURST": "100000000"}
+
+
+def service_env(base_url: str, prefix: str, **extra: str) -> dict[str, str]:
+    """The environment of a memory service a benchmark starts: on the benchmark
+    database (this process's connection), answering as `base_url`, its rate
+    limit lifted, its cache keys and task queue under `prefix`; `extra` last."""
+    from django.db import connection
+
+    return {
+        **os.environ, **LIFTED_RATE_LIMIT,
+        "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "MEMORYHUB_BASE_URL": base_url,
+        "MEMORYHUB_CACHE_PREFIX": prefix, "MEMORYHUB_TASK_QUEUE": prefix,
+        "LOG_LEVEL": "WARNING",
+        **extra,
+    }
+
+
 @contextmanager
 def process(name: str, target: str, port: int, env: dict[str, str], logs: Path, *,
             workers: int | None = None, root: Path = ROOT) -> Iterator[str]:
@@ -197,27 +218,17 @@ def main() -> None:
         edge_url = f"http://127.0.0.1:{edge_port}"
         token = seed(edge_url)
         prefix = f"bench-edge-{secrets.token_hex(4)}"
-        lifted = {"MEMORYHUB_RATE_PER_MINUTE": "100000000", "MEMORYHUB_RATE_BURST": "100000000",
-                  "MEMORYHUB_CACHE_PREFIX": prefix}
-        service_env = {
-            **os.environ, **lifted,
-            "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
-            "DATABASE_URL": database_url(connection.settings_dict),
-            "MEMORYHUB_BASE_URL": edge_url,
-            "MEMORYHUB_INTERNAL_API": "1",
-            "MEMORYHUB_TASK_QUEUE": prefix,
-            **DB_MODES[args.db_mode],
-            "LOG_LEVEL": "WARNING",
-        }
+        memory_service_env = service_env(edge_url, prefix, MEMORYHUB_INTERNAL_API="1", **DB_MODES[args.db_mode])
         edge_env = {
             "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), "PYTHONPATH": str(ROOT),
-            "REDIS_URL": os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0", **lifted,
+            "REDIS_URL": os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0", **LIFTED_RATE_LIMIT,
+            "MEMORYHUB_CACHE_PREFIX": prefix,
             "MEMORYHUB_BASE_URL": edge_url, "MEMORYHUB_SERVICE_URL": f"http://127.0.0.1:{service_port}",
         }
         connection.close()
         logs = Path(tempfile.mkdtemp(prefix="bench-edge-"))
         with (
-            process("memory-service", "memoryhub.asgi:application", service_port, service_env, logs) as service,
+            process("memory-service", "memoryhub.asgi:application", service_port, memory_service_env, logs) as service,
             process("edge", "mcpapi.edge_app:application", edge_port, edge_env, logs) as edge,
             httpx2.Client(timeout=60, trust_env=False) as http,
         ):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_edge import database_url, free_port, process  # noqa: E402
+from bench_edge import free_port, process, service_env  # noqa: E402
 from bench_mcp import mcp_call, tokens_for  # noqa: E402
 from common import ROOT, bench_database, write_results  # noqa: E402
 from search_bench import DATA, Corpus, build  # noqa: E402
@@ -41,20 +41,11 @@ SIZE = 10_000
 
 def one_start(root: Path, queries: list[str], logs: Path) -> dict:
     import httpx2
-    from django.db import connection
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     readers = tokens_for(SIZE, url)
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "MEMORYHUB_BASE_URL": url,
-        "MEMORYHUB_RATE_PER_MINUTE": "100000000", "MEMORYHUB_RATE_BURST": "100000000",
-        "MEMORYHUB_CACHE_PREFIX": f"bench-first-{port}", "MEMORYHUB_TASK_QUEUE": f"bench-first-{port}",
-        "LOG_LEVEL": "WARNING",
-    }
+    env = service_env(url, f"bench-first-{port}")
     started = time.perf_counter()
     with process(f"first-{port}", "memoryhub.asgi:application", port, env, logs, workers=1, root=root):
         up = time.perf_counter() - started

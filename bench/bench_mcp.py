@@ -52,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_edge import database_url, free_port, process  # noqa: E402
+from bench_edge import free_port, process, service_env  # noqa: E402
 from common import DB_MODES, bench_database, percentile, publish, summary  # noqa: E402
 from search_bench import DATA, Corpus, build, slug  # noqa: E402
 
@@ -187,16 +187,7 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
     logs = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
     with contextlib.ExitStack() as stack:
         for mode in args.db_modes:
-            env = {
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": "memoryhub.settings",
-                "DATABASE_URL": database_url(connection.settings_dict),
-                "MEMORYHUB_BASE_URL": urls[mode],
-                "MEMORYHUB_RATE_PER_MINUTE": "100000000", "MEMORYHUB_RATE_BURST": "100000000",
-                "MEMORYHUB_CACHE_PREFIX": prefix, "MEMORYHUB_TASK_QUEUE": prefix,
-                "LOG_LEVEL": "WARNING",
-                **DB_MODES[mode],
-            }
+            env = service_env(urls[mode], prefix, **DB_MODES[mode])
             stack.enter_context(process(f"memoryhub-{mode}", "memoryhub.asgi:application", ports[mode], env, logs,
                                         workers=args.workers))
         http = stack.enter_context(httpx2.Client(timeout=120, trust_env=False))
