@@ -5,7 +5,7 @@ statement (a generic plan once it costs no more than planning each run).
 
 For the small statements every call runs again with other values: checking
 a token, finding the caller (both compiled once: `lookups`), a search's
-prologue and its row check. Planning each took longer
+prologue and its row check, a write's judgement. Planning each took longer
 than running it (the token's, with the six tables it reads its holder from,
 1.1 ms of 1.3). Everything else runs as Django runs it: its client-side
 binding, nothing prepared (its default, so that a transaction-mode pooler

@@ -23,6 +23,7 @@ contract 000's memory_write output, the console as a message).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -32,11 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import FloatField, Value
-from django.db.models.functions import Cast
 from django.utils import timezone
-from pgvector.django import CosineDistance
+from pgvector import Vector
 
+from memoryhub.database import prepared
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import NotFound
 from memoryhub.models import Agent, Fragment, Tenant, User
@@ -352,27 +352,57 @@ def _judged_rows(writer: Writer, text: str, vector: list[float] | None) -> dict[
     """What _judge weighs, read in one statement from the writer's live private
     memory: the oldest fragment with the same text, the newest with the same
     subject, and the NEIGHBOURS nearest by embedding (exact: ordered by distance,
-    then id, they are read by the owner index, not the HNSW graph)."""
-    live = writer.live_private().only("pk", "value")
-    nothing = Cast(Value(None), output_field=FloatField())
-    parts = [live.filter(content_hash=fact_hash(text)).annotate(kind=Value(_SAME), distance=nothing)
-             .order_by("recorded_at", "pk")[:1]]
+    then id, over the writer's rows, never from the HNSW graph). Each row is a
+    fragment with its id and value loaded, and `kind` and `distance` set."""
     subject = subject_of(text)
-    if subject:
-        parts.append(live.filter(subject_key=subject).annotate(kind=Value(_SUBJECT), distance=nothing)
-                     .order_by("-recorded_at", "pk")[:1])
-    if vector is not None:
-        parts.append(live.filter(embedding__isnull=False)
-                     .annotate(kind=Value(_NEIGHBOUR), distance=CosineDistance("embedding", vector))
-                     .order_by("distance", "pk")[:NEIGHBOURS])
+    owner = "owner_user" if writer.user is not None else "owner_agent"
+    values = {"tenant": writer.tenant.pk, "owner": (writer.user or writer.agent).pk,  # type: ignore[union-attr]
+              "hash": fact_hash(text), "subject": subject,
+              "vector": Vector(vector).to_text() if vector is not None else None}
+    with prepared(), connection.cursor() as cursor:
+        cursor.execute(_judged_rows_sql(owner, bool(subject), vector is not None), values)
+        fetched = cursor.fetchall()
     found: dict[int, list[Fragment]] = {}
+    for pk, value, kind, distance in fetched:
+        row = Fragment.from_db(connection.alias, ["id", "value"], [pk, value])
+        row.kind, row.distance = kind, distance  # type: ignore[attr-defined]
+        found.setdefault(kind, []).append(row)
+    return found
+
+
+@functools.cache
+def _judged_rows_sql(owner: str, subject: bool, vector: bool) -> str:
+    """_judged_rows' statement for a writer who is a person (`owner`
+    "owner_user") or an agent ("owner_agent"), with the same-subject part
+    when the text has a subject and the neighbours when it has a vector;
+    written once from the models' names and run prepared (compiled through
+    the ORM and planned for every candidate, a judgement took 5.0 ms; so,
+    2.9), its values named: tenant, owner, hash, subject, vector (a vector's
+    text)."""
+    def column(name: str) -> str:
+        return connection.ops.quote_name(str(Fragment._meta.get_field(name).column))  # type: ignore[union-attr]
+
+    table = connection.ops.quote_name(Fragment._meta.db_table)
+    key, value, recorded = column("id"), column("value"), column("recorded_at")
+    live = (f"FROM {table} WHERE {column('tenant')} = %(tenant)s AND {column(owner)} = %(owner)s::bigint "
+            f"AND {column('retired_at')} IS NULL")
+    parts = [f"(SELECT {key}, {value}, {_SAME} AS kind, NULL::float8 AS distance {live} "
+             f"AND {column('content_hash')} = %(hash)s ORDER BY {recorded}, {key} LIMIT 1)"]
+    if subject:
+        parts.append(f"(SELECT {key}, {value}, {_SUBJECT}, NULL::float8 {live} "
+                     f"AND {column('subject_key')} = %(subject)s ORDER BY {recorded} DESC, {key} LIMIT 1)")
+    if vector:
+        # Exact: the writer's rows are read first (OFFSET 0 keeps the
+        # subquery whole), so the order cannot come from the HNSW graph.
+        mine = (f"SELECT {key}, {value}, {column('embedding')} <=> %(vector)s::vector AS distance {live} "
+                f"AND {column('embedding')} IS NOT NULL OFFSET 0")
+        parts.append(f"(SELECT {key}, {value}, {_NEIGHBOUR}, distance FROM ({mine}) AS mine "  # noqa: S608 - our models' names
+                     f"ORDER BY distance, {key} LIMIT {NEIGHBOURS})")
     # A union's rows come in no set order unless it is given one: by kind,
     # then the neighbours nearest first (a NaN distance after every number),
     # ties by id. (One part alone is no union: its own order stands.)
-    rows = parts[0].union(*parts[1:], all=True).order_by("kind", "distance", "pk") if len(parts) > 1 else parts[0]
-    for row in rows:
-        found.setdefault(row.kind, []).append(row)
-    return found
+    order = f" ORDER BY kind, distance, {key}" if len(parts) > 1 else ""
+    return " UNION ALL ".join(parts) + order
 
 
 def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, Fragment | None, str]:

@@ -1,7 +1,7 @@
 """memoryhub's database backend (memoryhub.database): the statements every
 call repeats with other values (a token's check, finding the caller, a
-search's prologue and its row check) are prepared on their connection and run prepared from
-then on; every other statement runs as Django runs it; with the setting off
+search's prologue and its row check, a write's judgement) are prepared on
+their connection and run prepared from then on; every other statement runs as Django runs it; with the setting off
 nothing is prepared, and what is read is the same either way."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from memoryhub.database.base import PREPARED_STATEMENTS, PreparedCursor
 from memoryhub.embeddings import get_embedder
 from memoryhub.oauth.policy import MCP_PATH, resource_url
 from memoryhub.oauth.tokens import token_checksum, token_verified
-from memoryhub.services import search
+from memoryhub.services import search, write
 from memoryhub.services.search import fragments_search
 from tests.support.tokens import person_mcp_token
 
@@ -247,3 +247,43 @@ def test_a_statement_whose_prepared_form_is_gone_is_prepared_again():
     with pytest.raises(DatabaseError, match="does not exist"), transaction.atomic():
         _row_check(people, pks)
     assert _row_check(people, pks) == expected
+
+
+def _judged(writer: write.Writer, text: str, vector: list[float] | None) -> dict[int, list[tuple]]:
+    return {kind: [(row.pk, row.value, vars(row)["distance"]) for row in rows]
+            for kind, rows in write._judged_rows(writer, text, vector).items()}
+
+
+def test_a_writes_judgement_runs_prepared_and_reads_the_same_values_prepared_or_not(people):
+    """For a person and for an agent (an approved proposal's write), with and
+    without a subject and a vector: the same text, the same subject and the
+    nearest neighbours, the same rows prepared or not, and past the point
+    where PostgreSQL may choose a generic plan."""
+    writers = [write.Writer(tenant=people.acme, user=people.bruno),
+               write.Writer(tenant=people.acme, agent=people.triage_bot.agent)]
+    for writer in writers:
+        for fact in ("My manager is Dana.", "The deploy window is Thursday evening.",
+                     "Our deploys go out on Thursdays.", "The office plants need water."):
+            write.pipeline_run(writer=writer, content=fact)
+    asked = ["My manager is Dana.", "My manager is Ezra.", "When is the deploy window?"]
+    vectors = dict(zip(asked, get_embedder().embed(asked), strict=True))
+    cases = [(writer, text, vector) for writer in writers for text in asked for vector in (vectors[text], None)]
+    before = _prepared()
+    with _setting_off():
+        unprepared = [_judged(*case) for case in cases]
+    assert _ran_prepared(before) == {}
+    for _ in range(6):
+        assert [_judged(*case) for case in cases] == unprepared
+    ran = [text for text in _ran_prepared(before) if "UNION ALL" in text or "content_hash" in text]
+    # One statement per shape (person or agent, with or without a subject and a vector), its values parameters.
+    assert ran and all("$1" in text and "Dana" not in text and "[" not in text for text in ran), ran
+    # Each writer's own memory: the same text found for both, as different rows.
+    person, agent = (unprepared[index][write._SAME] for index in (0, len(asked) * 2))
+    assert [value for _, value, _ in person] == [value for _, value, _ in agent] == ["My manager is Dana."]
+    assert person[0][0] != agent[0][0]
+    superseding = unprepared[2]
+    assert [value for _, value, _ in superseding[write._SUBJECT]] == ["My manager is Dana."]
+    neighbours = unprepared[4][write._NEIGHBOUR]
+    assert len(neighbours) == 4 and [distance for _, _, distance in neighbours] == sorted(
+        distance for _, _, distance in neighbours)
+    assert write._NEIGHBOUR not in unprepared[5]

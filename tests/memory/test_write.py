@@ -287,7 +287,7 @@ def test_the_judgement_reads_neighbours_in_their_order(people, bruno):
         found = write._judged_rows(writer, "When is the deploy window?", vector)
     (statement,) = [entry["sql"] for entry in captured.captured_queries]
     # The order is the whole statement's, after its last part.
-    assert statement.rsplit(")", 1)[-1].strip() == 'ORDER BY 3 ASC, 4 ASC, "col1" ASC', statement
+    assert statement.rsplit(")", 1)[-1].strip() == 'ORDER BY kind, distance, "id"', statement
     neighbours = [row.pk for row in found[write._NEIGHBOUR]]
     assert neighbours[-1] == plants.pk
     tied = sorted([freeze.pk, thursdays.pk])
