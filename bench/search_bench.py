@@ -281,13 +281,10 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
             vector_times += timed(lambda p=predicate, v=vector: search.vector_candidates(p, v, DEPTH), 1)
             # A person's read sums N and the mean length from the tallies, as search does (and decides so
             # in the timed part, as search does).
-            lexical_times += timed(lambda p=predicate, q=query, v=vector, f=found, r=policy: search.lexical_scored(
-                p, search.read_query_for(q, v, RANKING), DEPTH, RANKING, also=f,
-                tallied=search.tallied_statistics(r)), 1)
+            # BM25's statement reads the predicate as search reads it (search.index_predicate).
+            lexical_times += timed(lambda q=query, v=vector, f=found, r=policy: bm25(r, q, v, DEPTH, also=f), 1)
             # As search runs them: the vector pool inside BM25's statement (and the query's lexemes).
-            index_times += timed(lambda p=predicate, q=query, v=vector, r=policy: search.lexical_scored(
-                p, search.read_query_for(q, v, RANKING), DEPTH, RANKING, vector=v,
-                tallied=search.tallied_statistics(r)), 1)
+            index_times += timed(lambda q=query, v=vector, r=policy: bm25(r, q, v, DEPTH, vector=v), 1)
             # Exact: an ORDER BY the index cannot serve forces a scan of every visible row.
             exact = list(
                 Fragment.objects.filter(predicate, embedding__isnull=False)
@@ -330,6 +327,18 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
     return result
 
 
+def bm25(policy, query: str, query_vector: list[float], depth: int, **pools):  # type: ignore[no-untyped-def]
+    """BM25's statement as a search runs it for this policy and query (the
+    query's lexemes, the predicate search.index_predicate gives, the reader's
+    totals), with the vector pool (`vector=`) or scoring `also=`."""
+    from memoryhub.services import search
+
+    ranking = search.RANKING
+    read_query = search.read_query_for(query, query_vector, ranking)
+    return search.lexical_scored(search.index_predicate(policy, read_query, depth, ranking), read_query, depth,
+                                 ranking, tallied=search.tallied_statistics(policy), **pools)
+
+
 def floor_in_sequence(queries: list[str], readers: list, now: dt.datetime, depth: int) -> dict:  # type: ignore[type-arg]
     """The floor as a search meets it: for each query, its embedding and then
     its index statement, one query after the other (the floor's parts below are
@@ -345,15 +354,12 @@ def floor_in_sequence(queries: list[str], readers: list, now: dt.datetime, depth
     whole, embedding, statement = [], [], []
     for query, caller in zip(queries, readers, strict=True):
         policy = access.read_policy(caller=caller, as_of=now)
-        predicate = policy.queryset_filter()
         with transaction.atomic(), search.index_settings():
             started = time.perf_counter()
             vector = embedder.embed([query])[0]
             embedded = time.perf_counter()
             # As index_queries_one_statement below times it.
-            ranking = search.RANKING
-            search.lexical_scored(predicate, search.read_query_for(query, vector, ranking), depth, ranking,
-                                  vector=vector, tallied=search.tallied_statistics(policy))
+            bm25(policy, query, vector, depth, vector=vector)
             finished = time.perf_counter()
         whole.append((finished - started) * 1000)
         embedding.append((embedded - started) * 1000)

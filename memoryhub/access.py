@@ -1046,6 +1046,18 @@ class ReadPolicy:
             return None
         return And(rest)
 
+    def at(self, instant: dt.datetime) -> ReadPolicy | None:
+        """The same read as of `instant`: its visibility's time clause
+        (as_of_rule) at that instant, every other clause and filter as they
+        are; None when its visibility has no one such clause."""
+        time = as_of_rule(self.as_of)
+        if not isinstance(self.visibility, And) or self.visibility.rules.count(time) != 1:
+            return None
+        visibility = And(tuple(as_of_rule(instant) if rule == time else rule for rule in self.visibility.rules),
+                         self.visibility.label)
+        return ReadPolicy(caller=self.caller, audience=self.audience, as_of=instant, visibility=visibility,
+                          narrowing=self.narrowing, named_agent_ids=self.named_agent_ids)
+
     def unnarrowed(self) -> ReadPolicy:
         """The same read without the caller's filters (what is visible at all)."""
         return ReadPolicy(caller=self.caller, audience=self.audience, as_of=self.as_of, visibility=self.visibility,

@@ -173,7 +173,8 @@ ORDERING_CODE = (
     "candidate_pool", "QueryVector", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes",
     "tsquery_for",
     "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
-    "bm25_statement", "BM25Statement", "_VectorSlot",
+    "shares_statement", "index_predicate", "compiled_predicate", "_predicate_at_marker", "_compile_predicate",
+    "CompiledPredicate", "bm25_statement", "BM25Statement", "_VectorSlot",
     "reader_totals_sql", "_reader_totals_statement", "_reader_totals_compiled", "_lexical_rank",
     "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_checked_rows",
     "_own_document",
@@ -971,6 +972,97 @@ def index_filter(policy: ReadPolicy):  # type: ignore[no-untyped-def]
     return policy.queryset_filter()
 
 
+@dataclass(frozen=True)
+class CompiledPredicate:
+    """index_filter's predicate for one read, compiled as BM25's statement
+    reads it: the visible fragments' SELECT (bm25_statement's `visible`) and
+    the vector pool's (_nearest's: the `k` nearest, its query vector `slot`),
+    each as (SQL, parameters)."""
+
+    visible: tuple[str, tuple[Any, ...]]
+    nearest: tuple[str, tuple[Any, ...]] | None
+    slot: _VectorSlot | None
+    k: int
+
+
+@dataclass(frozen=True)
+class _PredicateKey:
+    """What a compiled predicate depends on: the read's rule at _AN_INSTANT,
+    the pool's size and the seam that makes the predicate (tests replace
+    it); the policy it was made from rides along, unhashed."""
+
+    rule: access.Rule
+    k: int
+    seam: Callable[[ReadPolicy], Any]
+    policy: ReadPolicy = field(compare=False, hash=False)
+
+
+def compiled_predicate(policy: ReadPolicy, k: int) -> CompiledPredicate:
+    """index_filter(policy) compiled for BM25's statement with a vector pool
+    of `k`. Compiled once per rule of a reader's read (its visibility and its
+    filters) at _AN_INSTANT and kept for the 512 rules read last; each read
+    puts its own instant in the places that one left. (Building the
+    predicate and compiling it through the ORM took about 2 ms of every
+    search on 2 cores.) A policy with no one time clause is compiled as it
+    is."""
+    at_marker = policy.at(_AN_INSTANT)
+    if at_marker is None:
+        return _compile_predicate(index_filter(policy), k, nearest=True)
+    compiled, places = _predicate_at_marker(_PredicateKey(at_marker.rule, k, index_filter, at_marker))
+    assert compiled.nearest is not None
+
+    def at(statement: tuple[str, tuple[Any, ...]], where: frozenset[int]) -> tuple[str, tuple[Any, ...]]:
+        sql, params = statement
+        return sql, tuple(policy.as_of if index in where else value for index, value in enumerate(params))
+
+    return replace(compiled, visible=at(compiled.visible, places[0]), nearest=at(compiled.nearest, places[1]))
+
+
+@functools.lru_cache(maxsize=512)
+def _predicate_at_marker(key: _PredicateKey) -> tuple[CompiledPredicate, tuple[frozenset[int], frozenset[int]]]:
+    """The predicate compiled at _AN_INSTANT, and the places of the instant
+    among each statement's parameters: those that compiling it at another
+    instant changes, each of which must hold that instant as the very object
+    given (a filter's value equal to it is not a place: it does not change)."""
+    compiled = _compile_predicate(key.seam(key.policy), key.k, nearest=True)
+    later = key.policy.at(_ANOTHER_INSTANT)
+    assert later is not None
+    other = _compile_predicate(key.seam(later), key.k, nearest=True)
+    assert compiled.nearest and other.nearest and compiled.slot and other.slot
+    # The query vector's marker is each compiling's own.
+    markers = (compiled.slot.marker, other.slot.marker)
+    places = []
+    for (sql, params), (other_sql, other_params) in ((compiled.visible, other.visible),
+                                                     (compiled.nearest, other.nearest)):
+        if sql != other_sql or len(params) != len(other_params):
+            raise RuntimeError("the read's predicate no longer takes its instant as a parameter, as given")
+        found = set()
+        for index, (value, other_value) in enumerate(zip(params, other_params, strict=True)):
+            if value is markers[0] and other_value is markers[1]:
+                continue
+            if value is _AN_INSTANT and other_value is _ANOTHER_INSTANT:
+                found.add(index)
+            elif value != other_value:
+                raise RuntimeError("the read's predicate no longer takes its instant as a parameter, as given")
+        places.append(frozenset(found))
+    return compiled, (places[0], places[1])
+
+
+def _compile_predicate(predicate, k: int, *, nearest: bool) -> CompiledPredicate:  # type: ignore[no-untyped-def]
+    visible = _sql(Fragment.objects.filter(predicate).order_by().values(*_VISIBLE_COLUMNS))
+    if not nearest:
+        return CompiledPredicate(visible=visible, nearest=None, slot=None, k=k)
+    slot = _VectorSlot()
+    nearest_sql, nearest_params = _sql(_nearest(predicate, slot, k))
+    if not marker_places(nearest_params, slot.marker) or marker_elsewhere(nearest_sql, nearest_params, slot.marker):
+        raise RuntimeError("the vector pool no longer takes the query vector as a parameter")
+    return CompiledPredicate(visible=visible, nearest=(nearest_sql, nearest_params), slot=slot, k=k)
+
+
+# What BM25's statement reads of each visible fragment.
+_VISIBLE_COLUMNS = ("pk", "search_vector", "search_length", "recorded_at", "search_counts")
+
+
 # A read as of at most this long ago sums the reader's totals from the
 # tallies; an older one (a replay of an old receipt) counts them. Both give the
 # same figures, the tallies corrected by what changed after the read's instant:
@@ -1010,17 +1102,15 @@ def index_queries(
     its vector."""
     ranking = ranking or RANKING
     pool = candidate_pool(limit)
-    predicate = index_filter(policy)
     found: dict[uuid.UUID, Candidate] = {}
     tallied = tallied_statistics(policy)
-    # Both pools in one statement (the vector pool is a part of BM25's), when there is a vector.
-    shared = (ranking.fusion not in ("lexical", "vector") and read_query.tsquery is not None
-              and ranking.lexical_ranker == "bm25" and bool(read_query.lexemes))
+    shared = shares_statement(read_query, ranking)
     statement = None
+    with phase("index_compile"):
+        predicate = index_predicate(policy, read_query, pool, ranking)
+        if embedding is not None and shared and not embedding.failed():
+            statement = bm25_statement(predicate, read_query, pool, ranking, vector=True, tallied=tallied)
     if embedding is not None:
-        if shared and not embedding.failed():
-            with phase("index_compile"):
-                statement = bm25_statement(predicate, read_query, pool, ranking, vector=True, tallied=tallied)
         vector = embedding.query_vector(deadline)
         read_query = replace(read_query, vector=QueryVector(vector) if vector is not None else None)
     wants_vector = read_query.vector is not None and ranking.fusion != "lexical"
@@ -1054,6 +1144,19 @@ def index_queries(
                 for rank, pk in enumerate(ranked):
                     found.setdefault(pk, Candidate()).lexical_rank = rank
     return found, read_query
+
+
+def shares_statement(read_query: ReadQuery, ranking: Ranking) -> bool:
+    """Both pools in one statement (the vector pool is a part of BM25's), when there is a vector."""
+    return (ranking.fusion not in ("lexical", "vector") and read_query.tsquery is not None
+            and ranking.lexical_ranker == "bm25" and bool(read_query.lexemes))
+
+
+def index_predicate(policy: ReadPolicy, read_query: ReadQuery, pool: int, ranking: Ranking):  # type: ignore[no-untyped-def]
+    """What index_queries reads the policy through: BM25's statement, its
+    predicate compiled once per reader's rule (compiled_predicate); any other
+    query, index_filter's predicate, compiled as it runs."""
+    return compiled_predicate(policy, pool) if shares_statement(read_query, ranking) else index_filter(policy)
 
 
 def _lexical_into(found: dict[uuid.UUID, Candidate], ranked: list[uuid.UUID], scores: dict[uuid.UUID, float]) -> None:
@@ -1196,6 +1299,8 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     if vector is not None and also:
         raise ValueError("with `vector`, the vector pool is what is scored besides the matches")
     if not read_query.lexemes:
+        if isinstance(predicate, CompiledPredicate):
+            raise ValueError("a query with no lexemes has no BM25 statement to read a compiled predicate")
         return (vector_candidates(predicate, vector, k) if vector is not None else []), [], {}
     if statement is None:
         statement = bm25_statement(predicate, read_query, k, ranking, also=also, cap=cap, vector=vector is not None,
@@ -1253,6 +1358,10 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     """lexical_scored's one statement for these arguments, with a vector pool
     when `vector` (the vector itself is put in when it runs, BM25Statement)."""
     lexemes = list(read_query.lexemes)
+    compiled = (predicate if isinstance(predicate, CompiledPredicate)
+                else _compile_predicate(predicate, k, nearest=vector))
+    if compiled.k != k or (vector and compiled.nearest is None):
+        raise ValueError("the predicate was compiled for another pool, or without one")
     # The policy's predicate compiled once; the statement reads the fragments
     # through it once for the matches (PostgreSQL pulls the subquery up, so
     # that walks the full-text index): the visible fragments that hold any of
@@ -1265,10 +1374,7 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     # at every lookup: `matching` keeps each match's counts decompressed once
     # (`|| '{}'` hands on the value decompressed). Without `tallied`, N and the mean length
     # read the visible fragments once more.
-    visible_sql, visible_params = _sql(
-        Fragment.objects.filter(predicate).order_by().values("pk", "search_vector", "search_length", "recorded_at",
-                                                             "search_counts")
-    )
+    visible_sql, visible_params = compiled.visible
     visible = f"({visible_sql}) AS v(id, search_vector, search_length, recorded_at, search_counts)"
     k1, b = ranking.bm25_k1, ranking.bm25_b
     if tallied is None:
@@ -1278,12 +1384,9 @@ def bm25_statement(  # type: ignore[no-untyped-def]
         stats_sql, stats_params = reader_totals_sql(tallied)
     pool_sql, pool_params = "", ()
     also_sql, also_params = "%s::uuid[]", [list(also)]
-    slot = _VectorSlot() if vector else None
-    if slot is not None:
-        nearest_sql, nearest_params = _sql(_nearest(predicate, slot, k))
-        if (not marker_places(nearest_params, slot.marker)
-                or marker_elsewhere(nearest_sql, nearest_params, slot.marker)):
-            raise RuntimeError("the vector pool no longer takes the query vector as a parameter")
+    slot = compiled.slot if vector else None
+    if slot is not None and compiled.nearest is not None:
+        nearest_sql, nearest_params = compiled.nearest
         # MATERIALIZED: walked once, by the HNSW index, whatever reads it.
         pool_sql = (f"pool AS MATERIALIZED (SELECT x.id, row_number() OVER (ORDER BY x.distance, x.id) AS rank "  # noqa: S608
                     f"FROM ({nearest_sql}) AS x(id, distance)), ")
@@ -1352,6 +1455,8 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
 # The instant a reader's totals statement is compiled at, to be found again
 # among its parameters: no read is ever of this microsecond.
 _AN_INSTANT = dt.datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC)
+# And one more, to tell where the instant goes (_predicate_at_marker).
+_ANOTHER_INSTANT = dt.datetime(1, 1, 1, 0, 0, 0, 2, tzinfo=dt.UTC)
 
 
 @functools.lru_cache(maxsize=512)
