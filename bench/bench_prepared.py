@@ -18,6 +18,13 @@ caller's person), as the product reads them (memoryhub.database.lookups:
 compiled once per connection) and as the ORM compiles the same querysets for
 each call, both prepared, alternated the same way and compared the same way.
 
+Then every search again, its reader's predicate as the product reads it
+(search.index_predicate: compiled once per rule of a reader's read, each
+reader's compiled before timing, as a worker that has served them has) and
+compiled by the ORM for each search (index_filter's predicate, handed to
+BM25's statement as the product handed it before), alternated and compared
+the same way.
+
 Reported: p50 and mean of each side, and the median of the paired differences
 (on minus off), which the machine's drift from one moment to the next does
 not move. Results: bench/results/prepared_bench.json.
@@ -95,7 +102,35 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
         lookup(True)
         lookup(False)
     return {"fragments": size, "search": paired(work), "token_check_and_caller": paired(checks),
-            "lookups_compiled_once": alternated(lookups, names=("compiled_once", "compiled_each_call"))}
+            "lookups_compiled_once": alternated(lookups, names=("compiled_once", "compiled_each_call")),
+            "predicate_compiled_once": predicate_compiled_or_not(readers, queries)}
+
+
+def predicate_compiled_or_not(readers: list, queries: list[str]) -> dict:  # type: ignore[type-arg]
+    """Each search with its reader's predicate compiled once per rule
+    (search.index_predicate) or compiled for each search (index_filter's
+    predicate, which BM25's statement compiles), alternated."""
+    from memoryhub.services import search
+
+    compiled_once = search.index_predicate
+
+    def compiled_each_call(policy, read_query, pool, ranking):  # type: ignore[no-untyped-def]
+        return search.index_filter(policy)
+
+    def way(caller, query: str) -> Callable[[bool], list]:  # type: ignore[no-untyped-def]
+        def run(once: bool) -> list:
+            search.index_predicate = compiled_once if once else compiled_each_call  # type: ignore[assignment]
+            try:
+                return [(str(hit.fragment.pk), hit.score)
+                        for hit in search.fragments_search(caller=caller, query=query).hits]
+            finally:
+                search.index_predicate = compiled_once  # type: ignore[assignment]
+        return run
+
+    for caller in {id(caller): caller for caller in readers}.values():
+        search.fragments_search(caller=caller, query=queries[0])
+    return alternated([way(caller, query) for caller, query in zip(readers, queries, strict=True)],
+                      names=("compiled_once", "compiled_each_search"))
 
 
 def compiled_or_not(raw: str) -> Callable[[bool], tuple]:
