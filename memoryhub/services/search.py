@@ -966,9 +966,11 @@ def read_query_for(query: str, vector: list[float] | None, ranking: Ranking, *,
 
 def index_filter(policy: ReadPolicy):  # type: ignore[no-untyped-def]
     """The predicate both index queries carry (a seam tests replace to prove
-    the row check stands on its own). A person's N and mean length are summed
-    from the tallies of the policy's own homes (tallied_statistics), not read
-    through this seam: they rank, they never admit a row."""
+    the row check stands on its own). It reads nothing of the policy but its
+    rule: BM25's statement keeps it compiled by rule (compiled_predicate). A
+    person's N and mean length are summed from the tallies of the policy's
+    own homes (tallied_statistics), not read through this seam: they rank,
+    they never admit a row."""
     return policy.queryset_filter()
 
 
@@ -1455,8 +1457,10 @@ def reader_totals_sql(tallied: Tallied) -> tuple[str, tuple]:
 # The instant a reader's totals statement is compiled at, to be found again
 # among its parameters: no read is ever of this microsecond.
 _AN_INSTANT = dt.datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC)
-# And one more, to tell where the instant goes (_predicate_at_marker).
-_ANOTHER_INSTANT = dt.datetime(1, 1, 1, 0, 0, 0, 2, tzinfo=dt.UTC)
+# And one more, to tell where the instant goes (_predicate_at_marker): it
+# differs from the first in every field, so that no conversion of an instant
+# (to its date, to the second) gives both the same value.
+_ANOTHER_INSTANT = dt.datetime(2, 2, 2, 2, 2, 2, 2, tzinfo=dt.UTC)
 
 
 @functools.lru_cache(maxsize=512)

@@ -48,16 +48,26 @@ def test_a_compiled_predicate_is_what_compiling_it_at_the_reads_instant_gives(pe
     search._predicate_at_marker.cache_clear()
     reads = _reads(people)
     now = timezone.now()
+    # Now, the past, a microsecond ago, and the far past (a replay of the first instant there is).
+    instants = (now, now - dt.timedelta(days=3), now - dt.timedelta(microseconds=1),
+                dt.datetime(1, 1, 1, tzinfo=dt.UTC))
     for caller, filters in reads:
-        for instant in (now, now - dt.timedelta(days=3), now - dt.timedelta(microseconds=1)):
+        for instant in instants:
             policy = access.read_policy(caller=caller, as_of=instant, **filters)
             compiled = search.compiled_predicate(policy, POOL)
             assert _plain(compiled) == _plain(_fresh(policy))
-            # The read's instant is among the parameters; the marker is not.
-            assert instant in compiled.visible[1] and search._AN_INSTANT not in compiled.visible[1]
+            # The read's instant is among the parameters; the markers are not.
+            assert instant in compiled.visible[1]
+            assert search._AN_INSTANT not in compiled.visible[1] and search._ANOTHER_INSTANT not in compiled.visible[1]
     # Compiled once per read's rule, whatever its instant; five readers' rules are five.
     info = search._predicate_at_marker.cache_info()
-    assert (info.misses, info.hits) == (len(reads), 2 * len(reads))
+    assert (info.misses, info.hits) == (len(reads), (len(instants) - 1) * len(reads))
+    # Another pool is another statement (its LIMIT), compiled on its own.
+    policy = access.read_policy(caller=reads[0][0], as_of=now)
+    larger = search.compiled_predicate(policy, POOL * 2)
+    assert larger.k == POOL * 2
+    assert _plain(larger) == _plain(search._compile_predicate(search.index_filter(policy), POOL * 2, nearest=True))
+    assert search._predicate_at_marker.cache_info().misses == len(reads) + 1
 
 
 def test_a_filter_equal_to_the_marker_instant_stays_as_given(people):
@@ -79,11 +89,15 @@ def test_a_predicate_that_reads_no_instant_is_kept_as_it_is(people, monkeypatch)
     assert _plain(compiled) == _plain(search._compile_predicate(Q(tenant=people.acme), POOL, nearest=True))
 
 
-def test_a_predicate_that_changed_its_instant_on_its_way_is_refused(people, monkeypatch):
+@pytest.mark.parametrize("changed", [
+    lambda instant: Q(recorded_at__lte=instant.replace()),  # a copy
+    lambda instant: Q(recorded_at__lte=instant.replace(microsecond=0)),  # to the second
+    lambda instant: Q(recorded_at__date__lte=instant.date()),  # to its date
+], ids=["copied", "to-the-second", "to-its-date"])
+def test_a_predicate_that_changed_its_instant_on_its_way_is_refused(people, monkeypatch, changed):
     """Were the instant handed to the statement as another object (a copy,
     or converted), a read would be compiled at the marker: refused instead."""
-    monkeypatch.setattr(search, "index_filter",
-                        lambda policy: policy.queryset_filter() & Q(recorded_at__lte=policy.as_of.replace()))
+    monkeypatch.setattr(search, "index_filter", lambda policy: policy.queryset_filter() & changed(policy.as_of))
     policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
     with pytest.raises(RuntimeError, match="no longer takes its instant"):
         search.compiled_predicate(policy, POOL)
