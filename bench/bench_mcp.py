@@ -317,6 +317,16 @@ def markdown(results: dict) -> str:
         for size, r in results["sizes"].items() for mode, m in r["mcp"].items()
         if (w := m.get("where_it_goes"))
     ]
+    modes = {mode for r in results["sizes"].values() for mode in r["mcp"]}
+    # What each way of getting database connections is, said of the ways this run served.
+    ways = {"pool": "`pool`, the shipped default: psycopg's pool",
+            "per-request": "`per-request`: `DATABASE_POOL=0`, a new connection each time"}
+    connections = "; ".join(text for mode, text in ways.items() if mode in modes)
+    per_request = (
+        "The `per-request` rows add what "
+        "connecting costs: the token check and the tool call each run in a worker thread, so without a pool "
+        "each opens a database connection of its own (Django advises against persistent connections under "
+        "ASGI and for a pool instead). " if "per-request" in modes else "")
     return (
         f"{SECTION} ({results['date']})\n\n"
         f"`memory_search` called in the memory service (this process) against the same call over MCP "
@@ -326,8 +336,7 @@ def markdown(results: dict) -> str:
         f"{results['queries']} queries one at a time (each query through every path in "
         f"turn), then {results['rounds']}× as many with {results['clients']} clients at once, one path after the "
         f"other. {results['machine']}; embedded PostgreSQL 16; one server per way of getting database "
-        "connections (`pool`, the shipped default: psycopg's pool; "
-        "`per-request`: `DATABASE_POOL=0`, a new connection each time); "
+        f"connections ({connections}); "
         f"1-minute load average {results['load_average_before']} when it started. Latencies in ms, p50 / p95.\n\n"
         "| fragments | server's connections | service, one at a time | MCP, one at a time | MCP overhead p50 | "
         f"service req/s at {results['clients']} (p50 / p95) | MCP req/s at {results['clients']} (p50 / p95) "
@@ -335,11 +344,8 @@ def markdown(results: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
         "What the MCP path adds per request: HTTP parsing, the gateway's checks, the token with who holds it (one "
         "statement) and the caller the tool acts as (one more), the rate limit (one Redis script), the SDK's "
-        "JSON-RPC handling and output validation, and a thread hop into the synchronous domain. "
-        "The `per-request` rows add what "
-        "connecting costs: the token check and the tool call each run in a worker thread, so without a pool "
-        "each opens a database connection of its own (Django advises against persistent connections under "
-        "ASGI and for a pool instead). Under load, the 8 MCP clients and the server share the same cores.\n\n"
+        f"JSON-RPC handling and output validation, and a thread hop into the synchronous domain. {per_request}"
+        f"Under load, the {results['clients']} MCP clients and the server share the same cores.\n\n"
         "Where the one-at-a-time run's time went, in ms per request (means, from the server's own timers at "
         "`/metrics`: the whole request, the token's check, the rate limit and the tool call; the SDK and the "
         "gateway's other checks are the request's rest; the tool beyond the service is the tool call's mean "
