@@ -175,7 +175,7 @@ ORDERING_CODE = (
     "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
     "shares_statement", "index_predicate", "compiled_predicate", "_predicate_at_marker", "_compile_predicate",
     "CompiledPredicate", "bm25_statement", "BM25Statement", "_VectorSlot",
-    "reader_totals_sql", "_reader_totals_statement", "_reader_totals_compiled", "_lexical_rank",
+    "reader_totals_sql", "_reader_totals_statement", "_instant_places", "_reader_totals_compiled", "_lexical_rank",
     "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_checked_rows",
     "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
@@ -1023,31 +1023,16 @@ def compiled_predicate(policy: ReadPolicy, k: int) -> CompiledPredicate:
 @functools.lru_cache(maxsize=512)
 def _predicate_at_marker(key: _PredicateKey) -> tuple[CompiledPredicate, tuple[frozenset[int], frozenset[int]]]:
     """The predicate compiled at _AN_INSTANT, and the places of the instant
-    among each statement's parameters: those that compiling it at another
-    instant changes, each of which must hold that instant as the very object
-    given (a filter's value equal to it is not a place: it does not change)."""
+    among each statement's parameters (_instant_places)."""
     compiled = _compile_predicate(key.seam(key.policy), key.k, nearest=True)
     later = key.policy.at(_ANOTHER_INSTANT)
     assert later is not None
     other = _compile_predicate(key.seam(later), key.k, nearest=True)
     assert compiled.nearest and other.nearest and compiled.slot and other.slot
     # The query vector's marker is each compiling's own.
-    markers = (compiled.slot.marker, other.slot.marker)
-    places = []
-    for (sql, params), (other_sql, other_params) in ((compiled.visible, other.visible),
-                                                     (compiled.nearest, other.nearest)):
-        if sql != other_sql or len(params) != len(other_params):
-            raise RuntimeError("the read's predicate no longer takes its instant as a parameter, as given")
-        found = set()
-        for index, (value, other_value) in enumerate(zip(params, other_params, strict=True)):
-            if value is markers[0] and other_value is markers[1]:
-                continue
-            if value is _AN_INSTANT and other_value is _ANOTHER_INSTANT:
-                found.add(index)
-            elif value != other_value:
-                raise RuntimeError("the read's predicate no longer takes its instant as a parameter, as given")
-        places.append(frozenset(found))
-    return compiled, (places[0], places[1])
+    return compiled, (_instant_places(compiled.visible, other.visible),
+                      _instant_places(compiled.nearest, other.nearest,
+                                      same=(compiled.slot.marker, other.slot.marker)))
 
 
 def _compile_predicate(predicate, k: int, *, nearest: bool) -> CompiledPredicate:  # type: ignore[no-untyped-def]
@@ -1466,16 +1451,39 @@ _ANOTHER_INSTANT = dt.datetime(2, 2, 2, 2, 2, 2, 2, tzinfo=dt.UTC)
 @functools.lru_cache(maxsize=512)
 def _reader_totals_statement(homes: Q) -> tuple[str, tuple, frozenset[int]]:
     """reader_totals_sql compiled for `homes` at _AN_INSTANT: its SQL, its
-    parameters and the places of the instant among them. (Compiling it took
+    parameters and the places of the instant among them (_instant_places:
+    compiled again at _ANOTHER_INSTANT). (Compiling it took
     about 3 ms of every person's search on 2 cores; its text depends on
     nothing but the homes.) Kept for the 512 readers' homes read last: each
     grows with the collections its reader's roles open."""
     sql, params = _reader_totals_compiled(homes, _AN_INSTANT)
-    places = frozenset(index for index, value in enumerate(params)
-                       if isinstance(value, dt.datetime) and value == _AN_INSTANT)
-    if not places or _AN_INSTANT.isoformat() in sql or str(_AN_INSTANT) in sql:
+    places = _instant_places((sql, params), _reader_totals_compiled(homes, _ANOTHER_INSTANT))
+    if not places:
         raise RuntimeError("the reader's totals no longer take their instant as a parameter")
     return sql, params, places
+
+
+def _instant_places(at_marker: tuple[str, tuple[Any, ...]], at_another: tuple[str, tuple[Any, ...]], *,
+                    same: tuple[Any, Any] | None = None) -> frozenset[int]:
+    """Where a statement compiled at _AN_INSTANT and again at
+    _ANOTHER_INSTANT takes its instant: the parameters that differ, each of
+    which must hold the marker as the very object given (a filter's value
+    equal to it is no place: it does not change). `same`: a pair of other
+    markers, one per compiling, that stand in the same place. Anything else
+    that differs (the SQL, or a parameter copied or converted on its way) is
+    refused: the statement would be run at the marker."""
+    (sql, params), (other_sql, other_params) = at_marker, at_another
+    if sql != other_sql or len(params) != len(other_params):
+        raise RuntimeError("the statement no longer takes its instant as a parameter, as given")
+    found = set()
+    for index, (value, other_value) in enumerate(zip(params, other_params, strict=True)):
+        if same is not None and value is same[0] and other_value is same[1]:
+            continue
+        if value is _AN_INSTANT and other_value is _ANOTHER_INSTANT:
+            found.add(index)
+        elif value != other_value:
+            raise RuntimeError("the statement no longer takes its instant as a parameter, as given")
+    return frozenset(found)
 
 
 def _reader_totals_compiled(homes: Q, as_of: dt.datetime) -> tuple[str, tuple]:
