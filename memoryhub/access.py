@@ -1028,7 +1028,16 @@ class ReadPolicy:
 
     def refusal(self, fragment: Fragment | FragmentValues) -> str | None:
         """Layer 2: why this loaded row may not be served, or None when it may."""
-        return self.rule.first_failure(fragment_facts(fragment))
+        return self.rule.first_failure(fragment_facts(fragment, links=self.reads_links))
+
+    @functools.cached_property
+    def reads_links(self) -> bool:
+        """Whether the rule reads a fragment's linked agents or documents (an
+        agent's read, or a read filtered by agents or documents): the facts
+        of a row that cost the most to build are built only for such a read.
+        Rule.facts_read never says a rule reads less than it does; were it
+        wrong, the rule would find no such fact and raise, never pass."""
+        return bool(self.rule.facts_read() & _LINK_FACTS)
 
     def tallied(self) -> Rule | None:
         """What this read may see apart from time, when that reads nothing but
@@ -1093,11 +1102,16 @@ def read_policy(
     )
 
 
-def fragment_facts(fragment: Fragment | FragmentValues) -> dict[str, Any]:
+# The facts fragment_facts builds from a fragment's linked rows.
+_LINK_FACTS = frozenset({"agent_links", "resource_links"})
+
+
+def fragment_facts(fragment: Fragment | FragmentValues, *, links: bool = True) -> dict[str, Any]:
     """The row as the rule tree reads it. Load fragments with
     `with_access_facts()`, or read them as values with `fact_columns`, so
-    this costs no extra queries."""
-    return {
+    this costs no extra queries. `links`: False leaves out the linked rows'
+    facts (_LINK_FACTS), for a rule that does not read them."""
+    facts = {
         "pk": fragment.pk,
         "tenant_id": fragment.tenant_id,
         "owner_user_id": fragment.owner_user_id,
@@ -1108,8 +1122,10 @@ def fragment_facts(fragment: Fragment | FragmentValues) -> dict[str, Any]:
         "recorded_at": fragment.recorded_at,
         "retired_at": fragment.retired_at,
         "created_at": fragment.created_at,
-        **_link_facts(fragment),
     }
+    if links:
+        facts.update(_link_facts(fragment))
+    return facts
 
 
 def _source_agent_id(fragment: Fragment | FragmentValues) -> int | None:
@@ -1179,16 +1195,38 @@ class FragmentValues:
     """A fragment read as values: its columns by their attribute names, `pk`,
     and its access facts by the names fact_columns gives them. fragment_facts
     reads it as it reads the model, so a read that checks many rows and serves
-    a few (search's row check) builds model instances for those only."""
+    a few (search's row check) builds model instances for those only.
 
-    def __init__(self, values: dict[str, Any]) -> None:
+    `later`: values as the database sent them, converted by `convert(name,
+    value)` when first read (a row's JSON, most of which a check that refuses
+    or does not serve the row never reads)."""
+
+    def __init__(self, values: dict[str, Any], *, later: dict[str, Any] | None = None,
+                 convert: Callable[[str, Any], Any] | None = None) -> None:
         self.__dict__.update(values)
         self.pk = values["id"]
+        if later:
+            assert convert is not None
+            for name in later:
+                del self.__dict__[name]
+            self._read, self._later, self._convert = values.keys(), later, convert
 
     def __getattr__(self, name: str) -> Any:
-        # Reached only for a name that was not read; declared so that type
-        # checkers accept reading the columns as attributes.
-        raise AttributeError(name)
+        # Reached only for a name not yet read as a value: one still as the
+        # database sent it, or one that was not read (declared too so that
+        # type checkers accept reading the columns as attributes).
+        later = self.__dict__.get("_later")
+        if later is None or name not in later:
+            raise AttributeError(name)
+        value = self.__dict__[name] = self._convert(name, later.pop(name))
+        return value
+
+    def values(self) -> dict[str, Any]:
+        """Every value read, by name in the order read, each converted."""
+        read = self.__dict__.get("_read")
+        if read is None:
+            return {name: value for name, value in self.__dict__.items() if name != "pk"}
+        return {name: getattr(self, name) for name in read}
 
 
 @functools.cache

@@ -55,7 +55,8 @@ from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin, get_ty
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, DateTimeField, F, Model, Q, Value, When
+from django.db.models import Case, DateTimeField, F, JSONField, Model, Q, QuerySet, Value, When, signals
+from django.db.models.base import ModelState
 from django.utils import timezone
 from pgvector import Vector
 from pgvector.django import CosineDistance
@@ -1539,9 +1540,25 @@ def row_refusal(policy: ReadPolicy, row: access.FragmentValues) -> str | None:
 
 def _partial(model: type[M], values: dict[str, Any]) -> M:
     """An instance of `model` with these fields loaded (any other is read from
-    the database if used)."""
-    names = [item.attname for item in model._meta.concrete_fields if item.attname in values]
-    return model.from_db(connection.alias, names, [values[name] for name in names])
+    the database if used), as Model.from_db gives it. Without receivers of the
+    model's pre_init or post_init signals (a field that needs its own, such as
+    an image's dimensions, connects one), the instance is made as unpickling
+    makes one, its loaded fields set without Model.__init__'s walk over every
+    field: building the few hits a search serves was mostly that walk."""
+    names = _loaded_names(model)
+    if signals.pre_init.has_listeners(model) or signals.post_init.has_listeners(model):
+        loaded = [name for name in names if name in values]
+        return model.from_db(connection.alias, loaded, [values[name] for name in loaded])
+    instance = model.__new__(model)
+    instance.__dict__.update({name: values[name] for name in names if name in values})
+    state = instance._state = ModelState()
+    state.adding, state.db = False, connection.alias
+    return instance
+
+
+@functools.cache
+def _loaded_names(model: type[Model]) -> tuple[str, ...]:
+    return tuple(item.attname for item in model._meta.concrete_fields)
 
 
 def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Model]:
@@ -1551,10 +1568,19 @@ def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Mo
     return [_partial(model, {item.attname: item.to_python(row[item.attname]) for item in fields}) for row in rows or ()]
 
 
+@functools.cache
+def _read_already(model: type[Model]) -> QuerySet:
+    # Evaluated again, it reads nothing (`none()`); it never is.
+    return model._default_manager.none()
+
+
 def _prefetched(instance: Model, name: str, objects: list[Model]) -> None:
     """What prefetch_related(name) would have left on `instance`, from objects
-    already read: its `name`.all() answers from them without a statement."""
-    queryset = getattr(instance, name).get_queryset()
+    already read: its `name`.all() answers from them without a statement. The
+    queryset it answers with holds no query of its own: a further filter of it
+    reads nothing, never rows the read did not check (Django's prefetch would
+    leave one filtered by the instance; building it was most of serving a hit)."""
+    queryset = _read_already(instance._meta.get_field(name).related_model)._chain()  # type: ignore[arg-type, attr-defined]
     queryset._result_cache = objects
     queryset._prefetch_done = True
     instance._prefetched_objects_cache = {  # type: ignore[attr-defined]
@@ -1565,7 +1591,7 @@ def _served(row: access.FragmentValues) -> Fragment:
     """The fragment of a row the row check passed, with its collection (its
     name), its source (its agent's name), its agents and its documents, from
     what the row check read: rendering it sends no statement."""
-    read = vars(row)
+    read = row.values()
     fragment = _partial(Fragment, read)
     _prefetched(fragment, "agents", _from_json(Agent, read["facts_agents"]))
     _prefetched(fragment, "resources", _from_json(Resource, read["facts_resources"]))
@@ -1709,6 +1735,36 @@ def _converters(expressions: Sequence[Any]) -> list[tuple[int, Any, list[Any]]]:
     return converters
 
 
+@dataclass(frozen=True)
+class _Later:
+    """The row check's columns converted when first read (FragmentValues):
+    their indexes by name, and each one's converters."""
+
+    indexes: tuple[tuple[str, int], ...]
+    converters: dict[str, tuple[Any, list[Any]]]
+
+    def convert(self, name: str, value: Any) -> Any:
+        expression, functions = self.converters[name]
+        for function in functions:
+            value = function(value, expression, connection)
+        return value
+
+
+def _converted_when(names: Sequence[str], converters: Sequence[tuple[int, Any, list[Any]]],
+                    ) -> tuple[list[tuple[int, Any, list[Any]]], _Later]:
+    """The converters applied to every row the row check reads, and those of
+    its JSON columns (a fragment's linked rows, its grounded versions), whose
+    parsing waits until a value is read: a row that is refused, or not
+    served, or whose check reads no link, is never parsed."""
+    now: list[tuple[int, Any, list[Any]]] = []
+    later: list[tuple[int, Any, list[Any]]] = []
+    for index, expression, functions in converters:
+        json_column = isinstance(getattr(expression, "output_field", None), JSONField)
+        (later if json_column else now).append((index, expression, functions))
+    return now, _Later(indexes=tuple((names[index], index) for index, _, _ in later),
+                       converters={names[index]: (expression, functions) for index, expression, functions in later})
+
+
 def _checked_rows(
     *, policy: ReadPolicy, candidates: dict[uuid.UUID, Candidate], read_query: ReadQuery, load_embeddings: bool,
     ranking: Ranking | None = None,
@@ -1733,12 +1789,15 @@ def _checked_rows(
     rows: dict[uuid.UUID, access.FragmentValues] = {}
     alarms = []
     lowers_asking = ranking.fusion == "weighted" and bool(ranking.asking_weight)
+    now, later = _converted_when(names, converters)
     for read in fetched:
         values = list(read)
-        for index, expression, functions in converters:
+        for index, expression, functions in now:
             for function in functions:
                 values[index] = function(values[index], expression, connection)
-        row = access.FragmentValues(dict(zip(names, values, strict=True)))
+        row = access.FragmentValues(dict(zip(names, values, strict=True)),
+                                    later={name: values[index] for name, index in later.indexes},
+                                    convert=later.convert)
         refusal = row_refusal(policy, row)
         if refusal is None:
             rows[row.pk] = row

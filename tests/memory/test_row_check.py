@@ -83,7 +83,7 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
 
         # Every column of the fragment but those the index queries used (and
         # the embedding unless asked for), and what the check and rendering read.
-        names = [name for name in vars(rows[shared.pk]) if name != "pk"]
+        names = [name for name in rows[shared.pk].values() if name != "pk"]
         columns = [item.attname for item in Fragment._meta.concrete_fields
                    if item.attname not in search.ROW_CHECK_DEFERRED
                    and (load_embeddings or item.attname != "embedding")]
@@ -183,3 +183,90 @@ def test_timestamps_are_read_as_utc_wall_time_only_when_the_connection_reads_the
     elsewhere = search.row_check_statement(False, "Europe/Paris", ZoneInfo("Europe/Paris"))
     assert elsewhere.zoned == () and not any("AT TIME ZONE" in column for column in elsewhere.select)
     assert elsewhere.names == utc.names
+
+
+def test_a_rows_json_is_parsed_when_first_read_and_only_a_check_that_reads_links_builds_their_facts(
+        people, shared_fragment):
+    """Most rows the check reads are refused or not served: their linked rows
+    and grounded versions, JSON, stay as the database sent them until read,
+    and a rule that reads no link builds no link facts. A rule that reads
+    links is given them; one given none raises rather than pass a row."""
+    pks = [shared_fragment(f"Gateway log rotation note {n}.", resources=[
+        {"id": f"wiki/page-{n}", "title": f"Page {n}", "uri": f"https://wiki.example/{n}"}]).pk for n in range(3)]
+    read_query = search.ReadQuery(text="gateway", vector=None, tsquery=None)
+    lazy = ("facts_agents", "facts_resources", "grounded_versions")
+
+    def checked(policy: access.ReadPolicy) -> dict:  # type: ignore[type-arg]
+        rows, alarms = search._checked_rows(policy=policy, candidates=_candidates(pks), read_query=read_query,
+                                            load_embeddings=False)
+        assert not alarms and set(rows) == set(pks)
+        return rows
+
+    plain = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
+    assert not plain.reads_links
+    rows = checked(plain)
+    for pk, row in rows.items():
+        assert not set(lazy) & set(vars(row)), vars(row)
+        assert _linked(row.facts_resources) == _orm_linked(Fragment.objects.get(pk=pk))["facts_resources"]
+        assert "facts_resources" in vars(row) and "facts_agents" not in vars(row)
+        values = row.values()
+        assert [name for name in values if name in lazy] == ["grounded_versions", "facts_agents", "facts_resources"]
+        assert not set(lazy) - set(vars(row))
+
+    narrowed = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now(),
+                                  resource_ids=[f"wiki/page-{n}" for n in range(3)])
+    assert narrowed.reads_links
+    for row in checked(narrowed).values():
+        assert {"facts_agents", "facts_resources"} <= set(vars(row)) and "grounded_versions" not in vars(row)
+    assert access.read_policy(caller=people.caller(people.triage_bot), as_of=timezone.now()).reads_links
+
+    row = next(iter(checked(plain).values()))
+    with pytest.raises(KeyError, match="resource_links"):
+        narrowed.rule.first_failure(access.fragment_facts(row, links=False))
+
+
+def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relations_read_nothing_more(
+        people, shared_fragment, django_assert_num_queries):
+    """Serving builds a hit without Model.__init__ when no receiver of the
+    model's init signals would miss it, and gives it what from_db gives; its
+    linked rows answer from what the check read, and a further query of
+    them reads nothing, never rows the check did not judge."""
+    from django.db.models import signals
+
+    from memoryhub.models import Collection
+
+    shared = shared_fragment("Gateway log rotation is weekly.", resources=[
+        {"id": "wiki/rotation", "title": "Rotation", "uri": "https://wiki.example/rotation"}])
+    values = {"id": shared.collection_id, "name": "ops", "not-a-field": 1}
+    fast = search._partial(Collection, values)
+    slow = Collection.from_db("default", ["id", "name"], [shared.collection_id, "ops"])
+    assert {k: v for k, v in vars(fast).items() if k != "_state"} == {
+        k: v for k, v in vars(slow).items() if k != "_state"}
+    assert (fast._state.db, fast._state.adding) == (slow._state.db, slow._state.adding) == ("default", False)
+    assert fast.get_deferred_fields() == slow.get_deferred_fields() and "description" in fast.get_deferred_fields()
+
+    heard = []
+
+    def receiver(sender, instance, **kwargs):  # type: ignore[no-untyped-def]
+        heard.append(instance)
+
+    signals.post_init.connect(receiver, sender=Collection)
+    try:
+        built = search._partial(Collection, values)
+    finally:
+        signals.post_init.disconnect(receiver, sender=Collection)
+    assert heard == [built] and built.name == "ops"
+
+    policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
+    rows, _ = search._checked_rows(policy=policy, candidates=_candidates([shared.pk]),
+                                   read_query=search.ReadQuery(text="gateway", vector=None, tsquery=None),
+                                   load_embeddings=False)
+    with django_assert_num_queries(0):
+        served = search._served(rows[shared.pk])
+        assert [resource.external_id for resource in served.resources.all()] == ["wiki/rotation"]
+        assert list(served.resources.filter(external_id="wiki/rotation")) == []
+        assert list(served.agents.all().exclude(pk=0)) == []
+        assert served.grounded_versions == shared.grounded_versions
+    assert isinstance(served, Fragment) and not served._state.adding
+    served.refresh_from_db(fields=["context"])  # a field the check left in the database is read when asked for
+    assert served.context == Fragment.objects.get(pk=shared.pk).context
