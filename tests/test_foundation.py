@@ -179,6 +179,33 @@ def test_embedded_postgres_start_is_idempotent_and_stop_is_clean(tmp_path):
     assert leaks_check(datadir) == (0, f"no PostgreSQL, Redis or Celery worker of ours left running for {datadir}\n")
 
 
+def test_a_celery_worker_left_running_is_found_by_the_data_folder_in_its_environment(tmp_path):
+    """A worker a test starts names only its queue on its command line; left
+    running, it would answer a later run's broadcasts. The check finds it by
+    the data folder its environment names, and leaves alone a worker of
+    another folder and any other process of this one."""
+    datadir = (tmp_path / "data").resolve()
+    worker = [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--pool", "solo", "--queues",
+              "leak-check", "--without-heartbeat", "--without-gossip", "--without-mingle"]
+    other = [sys.executable, "-c", "import time; time.sleep(120)"]
+    ours = {"MEMORYHUB_DATA_DIR": str(tmp_path / "data" / ".." / "data")}
+    started = [subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+               for argv, env in ((worker, ours), (worker, {"MEMORYHUB_DATA_DIR": str(tmp_path / "elsewhere")}),
+                                 (other, ours))]
+    try:
+        found = leftover_processes(datadir)
+        assert [line.split(":")[0] for line in found] == [str(started[0].pid)], found
+        status, report = leaks_check(datadir)
+        assert status == 1 and f"left running: {started[0].pid}: " in report and "leak-check" in report, report
+    finally:
+        for process in started:
+            process.kill()
+            process.wait(30)
+    assert leftover_processes(datadir) == []
+    assert leaks_check(datadir)[0] == 0
+
+
 def _serving(tmp_path) -> tuple[subprocess.Popen, Path]:  # type: ignore[type-arg]
     """`serve` on the embedded defaults in a data folder of its own, once it answers /readyz."""
     datadir = tmp_path / "serve"
