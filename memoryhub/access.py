@@ -1035,9 +1035,12 @@ class ReadPolicy:
         """Whether the rule reads a fragment's linked agents or documents (an
         agent's read, or a read filtered by agents or documents): the facts
         of a row that cost the most to build are built only for such a read.
-        Rule.facts_read never says a rule reads less than it does; were it
-        wrong, the rule would find no such fact and raise, never pass."""
-        return bool(self.rule.facts_read() & _LINK_FACTS)
+        A kind of rule facts_read does not know (it names what such a rule
+        reads after its class) is taken to read them. A rule that asks for
+        them where they were not built is refused them with an error, never
+        passed a row (_WithoutLinks)."""
+        read = self.rule.facts_read()
+        return bool(read & _LINK_FACTS) or any("." in fact for fact in read)
 
     def tallied(self) -> Rule | None:
         """What this read may see apart from time, when that reads nothing but
@@ -1106,6 +1109,23 @@ def read_policy(
 _LINK_FACTS = frozenset({"agent_links", "resource_links"})
 
 
+class _WithoutLinks(dict):  # type: ignore[type-arg]
+    """A row's facts built without its linked rows' (for a rule that reads
+    none): a rule that asks for them anyway, however it asks, gets an error,
+    never a row passed for want of them."""
+
+    def __missing__(self, key: str) -> Any:
+        raise KeyError(f"{key}: this row's facts were built without its linked rows")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in _LINK_FACTS else super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if key in _LINK_FACTS:
+            self.__missing__(str(key))
+        return super().__contains__(key)
+
+
 def fragment_facts(fragment: Fragment | FragmentValues, *, links: bool = True) -> dict[str, Any]:
     """The row as the rule tree reads it. Load fragments with
     `with_access_facts()`, or read them as values with `fact_columns`, so
@@ -1125,7 +1145,8 @@ def fragment_facts(fragment: Fragment | FragmentValues, *, links: bool = True) -
     }
     if links:
         facts.update(_link_facts(fragment))
-    return facts
+        return facts
+    return _WithoutLinks(facts)
 
 
 def _source_agent_id(fragment: Fragment | FragmentValues) -> int | None:
@@ -1218,10 +1239,11 @@ class FragmentValues:
         later = self.__dict__.get("_later")
         if later is None or name not in later:
             raise AttributeError(name)
-        value = self.__dict__[name] = self._convert(name, later.pop(name))
+        value = self.__dict__[name] = self._convert(name, later[name])
+        del later[name]
         return value
 
-    def values(self) -> dict[str, Any]:
+    def converted(self) -> dict[str, Any]:
         """Every value read, by name in the order read, each converted."""
         read = self.__dict__.get("_read")
         if read is None:

@@ -187,12 +187,15 @@ def test_a_celery_worker_left_running_is_found_by_the_data_folder_in_its_environ
     datadir = (tmp_path / "data").resolve()
     worker = [sys.executable, "-m", "celery", "-A", "memoryhub", "worker", "--pool", "solo", "--queues",
               "leak-check", "--without-heartbeat", "--without-gossip", "--without-mingle"]
-    other = [sys.executable, "-c", "import time; time.sleep(120)"]
-    ours = {"MEMORYHUB_DATA_DIR": str(tmp_path / "data" / ".." / "data")}
-    started = [subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-               for argv, env in ((worker, ours), (worker, {"MEMORYHUB_DATA_DIR": str(tmp_path / "elsewhere")}),
-                                 (other, ours))]
+    # Not a worker, though its command line names celery.
+    other = [sys.executable, "-c", "import time; time.sleep(120)", "memoryhub/celery.py", "worker"]
+    # Relative to its own folder, as a worker started elsewhere would name it.
+    ours = {"MEMORYHUB_DATA_DIR": "data"}
+    # A broker nobody answers on: the worker must take no task and answer no broadcast of this run.
+    nowhere = {"CELERY_BROKER_URL": "redis://127.0.0.1:1/0", "CELERY_RESULT_BACKEND": "redis://127.0.0.1:1/0"}
+    started = [subprocess.Popen(argv, cwd=cwd, env={**os.environ, **nowhere, **env, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for argv, cwd, env in ((worker, tmp_path, ours), (worker, ROOT, ours), (other, tmp_path, ours))]
     try:
         found = leftover_processes(datadir)
         assert [line.split(":")[0] for line in found] == [str(started[0].pid)], found

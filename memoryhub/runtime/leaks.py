@@ -25,28 +25,37 @@ def leftover_processes(datadir: Path) -> list[str]:
     own = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
     found = []
     for proc in psutil.process_iter(attrs=("pid", "cmdline")):
-        cmdline = " ".join(proc.info.get("cmdline") or [])
+        argv = proc.info.get("cmdline") or []
+        cmdline = " ".join(argv)
         if any(marker in cmdline for marker in markers) or (
-                proc.info["pid"] not in own and _celery_for(proc, cmdline, datadir, markers)):
+                proc.info["pid"] not in own and _celery_for(proc, argv, datadir, markers)):
             found.append(f"{proc.info['pid']}: {cmdline[:200]}")
     return found
 
 
-def _celery_for(proc: psutil.Process, cmdline: str, datadir: Path, markers: list[str]) -> bool:
-    """A Celery process whose environment points at this data folder. A worker
-    a test starts names only its queue on its command line: it finds the data
-    folder, its database and its broker through its environment. Left running,
-    it would take tasks and answer the broadcasts of a later run."""
-    if "celery" not in cmdline:
+def _celery_for(proc: psutil.Process, argv: list[str], datadir: Path, markers: list[str]) -> bool:
+    """A Celery worker or beat whose environment points at this data folder.
+    A worker a test starts names only its queue on its command line: it finds
+    the data folder, its database and its broker through its environment.
+    Left running, it would take tasks and answer the broadcasts of a later run."""
+    if not _is_celery(argv):
         return False
     try:
-        environ = proc.environ()
+        environ, cwd = proc.environ(), proc.cwd()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
     named = environ.get("MEMORYHUB_DATA_DIR")
-    if named and Path(named).resolve() == datadir:
+    if named and (Path(cwd) / named).resolve() == datadir:
         return True
     return any(marker in value for value in environ.values() for marker in markers)
+
+
+def _is_celery(argv: list[str]) -> bool:
+    """`celery … worker|beat`, run as its script or as `python -m celery`."""
+    for index, arg in enumerate(argv[:3]):
+        if Path(arg).name == "celery" or (arg == "-m" and argv[index + 1:index + 2] == ["celery"]):
+            return bool({"worker", "beat"} & set(argv))
+    return False
 
 
 def main() -> int:

@@ -1541,13 +1541,15 @@ def row_refusal(policy: ReadPolicy, row: access.FragmentValues) -> str | None:
 
 def _partial(model: type[M], values: dict[str, Any]) -> M:
     """An instance of `model` with these fields loaded (any other is read from
-    the database if used), as Model.from_db gives it. Without receivers of the
-    model's pre_init or post_init signals (a field that needs its own, such as
-    an image's dimensions, connects one), the instance is made as unpickling
-    makes one, its loaded fields set without Model.__init__'s walk over every
-    field: building the few hits a search serves was mostly that walk."""
+    the database if used), as Model.from_db gives it. For a model that keeps
+    Django's own __init__ and from_db, without receivers of its pre_init or
+    post_init signals (a field that needs its own, such as an image's
+    dimensions, connects one), the instance is made as unpickling makes one,
+    its loaded fields set without Model.__init__'s walk over every field:
+    building the few hits a search serves was mostly that walk."""
     names = _loaded_names(model)
-    if signals.pre_init.has_listeners(model) or signals.post_init.has_listeners(model):
+    if (not _plainly_built(model) or signals.pre_init.has_listeners(model)
+            or signals.post_init.has_listeners(model)):
         loaded = [name for name in names if name in values]
         return model.from_db(connection.alias, loaded, [values[name] for name in loaded])
     instance = model.__new__(model)
@@ -1562,6 +1564,11 @@ def _loaded_names(model: type[Model]) -> tuple[str, ...]:
     return tuple(item.attname for item in model._meta.concrete_fields)
 
 
+@functools.cache
+def _plainly_built(model: type[Model]) -> bool:
+    return model.__init__ is Model.__init__ and model.from_db.__func__ is Model.from_db.__func__  # type: ignore[attr-defined]
+
+
 def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Model]:
     """Instances of `model` from the JSON rows of access.fact_columns, each field as the
     database would have handed it over."""
@@ -1569,19 +1576,49 @@ def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Mo
     return [_partial(model, {item.attname: item.to_python(row[item.attname]) for item in fields}) for row in rows or ()]
 
 
+class _ReadAlready(QuerySet):  # type: ignore[type-arg]
+    """A served fragment's linked rows, as the read that checked the fragment
+    read them: they iterate, count and answer `in`, `exists()` and the like
+    without a statement. Any further query of them (a filter, an order, a
+    slice, an iterator, a copy evaluated anew) raises: it would not be the
+    read's. Its query matches nothing, so nothing that slips past reads or
+    changes a row."""
+
+    def _chain(self) -> QuerySet:  # type: ignore[type-arg]
+        raise TypeError(f"{self.model.__name__} rows a search served with a fragment are what it read; "
+                        "query them anew through the service that may read them")
+
+    def iterator(self, chunk_size: int | None = None) -> Iterator[Any]:
+        return self._chain()  # type: ignore[return-value]
+
+    def __or__(self, other: Any) -> Any:
+        return self._chain()
+
+    def __and__(self, other: Any) -> Any:
+        return self._chain()
+
+    def __xor__(self, other: Any) -> Any:
+        return self._chain()
+
+    def _fetch_all(self) -> None:
+        if self._result_cache is None:
+            self._chain()
+        super()._fetch_all()
+
+
 @functools.cache
-def _read_already(model: type[Model]) -> QuerySet:
-    # Evaluated again, it reads nothing (`none()`); it never is.
-    return model._default_manager.none()
+def _matching_nothing(model: type[Model]) -> Any:
+    # Shared by every _ReadAlready of the model: none of them chains, so none changes it.
+    return model._default_manager.none().query
 
 
 def _prefetched(instance: Model, name: str, objects: list[Model]) -> None:
     """What prefetch_related(name) would have left on `instance`, from objects
-    already read: its `name`.all() answers from them without a statement. The
-    queryset it answers with holds no query of its own: a further filter of it
-    reads nothing, never rows the read did not check (Django's prefetch would
-    leave one filtered by the instance; building it was most of serving a hit)."""
-    queryset = _read_already(instance._meta.get_field(name).related_model)._chain()  # type: ignore[arg-type, attr-defined]
+    already read: its `name`.all() answers from them without a statement
+    (_ReadAlready; Django's prefetch leaves a queryset filtered by the
+    instance, and building one was most of serving a hit)."""
+    model = instance._meta.get_field(name).related_model
+    queryset: Any = _ReadAlready(model=model, query=_matching_nothing(model))  # type: ignore[arg-type]
     queryset._result_cache = objects
     queryset._prefetch_done = True
     instance._prefetched_objects_cache = {  # type: ignore[attr-defined]
@@ -1592,7 +1629,7 @@ def _served(row: access.FragmentValues) -> Fragment:
     """The fragment of a row the row check passed, with its collection (its
     name), its source (its agent's name), its agents and its documents, from
     what the row check read: rendering it sends no statement."""
-    read = row.values()
+    read = row.converted()
     fragment = _partial(Fragment, read)
     _prefetched(fragment, "agents", _from_json(Agent, read["facts_agents"]))
     _prefetched(fragment, "resources", _from_json(Resource, read["facts_resources"]))

@@ -207,7 +207,7 @@ def _row_check(people, pks) -> dict:  # type: ignore[no-untyped-def]
     rows, alarms = search._checked_rows(policy=policy, candidates={pk: search.Candidate() for pk in pks},
                                         read_query=read_query, load_embeddings=True)
     assert not alarms
-    return {pk: row.values() for pk, row in rows.items()}
+    return {pk: row.converted() for pk, row in rows.items()}
 
 
 def test_the_row_check_reads_the_same_values_prepared_or_not(people, shared_fragment):

@@ -83,7 +83,7 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
 
         # Every column of the fragment but those the index queries used (and
         # the embedding unless asked for), and what the check and rendering read.
-        names = [name for name in rows[shared.pk].values() if name != "pk"]
+        names = [name for name in rows[shared.pk].converted() if name != "pk"]
         columns = [item.attname for item in Fragment._meta.concrete_fields
                    if item.attname not in search.ROW_CHECK_DEFERRED
                    and (load_embeddings or item.attname != "embedding")]
@@ -209,7 +209,7 @@ def test_a_rows_json_is_parsed_when_first_read_and_only_a_check_that_reads_links
         assert not set(lazy) & set(vars(row)), vars(row)
         assert _linked(row.facts_resources) == _orm_linked(Fragment.objects.get(pk=pk))["facts_resources"]
         assert "facts_resources" in vars(row) and "facts_agents" not in vars(row)
-        values = row.values()
+        values = row.converted()
         assert [name for name in values if name in lazy] == ["grounded_versions", "facts_agents", "facts_resources"]
         assert not set(lazy) - set(vars(row))
 
@@ -225,26 +225,45 @@ def test_a_rows_json_is_parsed_when_first_read_and_only_a_check_that_reads_links
         narrowed.rule.first_failure(access.fragment_facts(row, links=False))
 
 
-def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relations_read_nothing_more(
-        people, shared_fragment, django_assert_num_queries):
-    """Serving builds a hit without Model.__init__ when no receiver of the
-    model's init signals would miss it, and gives it what from_db gives; its
-    linked rows answer from what the check read, and a further query of
-    them reads nothing, never rows the check did not judge."""
+def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relations_answer_only_what_was_read(
+        people, shared_fragment, django_assert_num_queries, monkeypatch):
+    """Serving builds a hit without Model.__init__ where nothing would miss
+    it (no receiver of the model's init signals, no __init__ or from_db of
+    its own), and gives it what from_db gives; its linked rows answer from
+    what the check read, and any further query of them raises."""
+    import copy
+
     from django.db.models import signals
 
     from memoryhub.models import Collection
 
     shared = shared_fragment("Gateway log rotation is weekly.", resources=[
         {"id": "wiki/rotation", "title": "Rotation", "uri": "https://wiki.example/rotation"}])
-    values = {"id": shared.collection_id, "name": "ops", "not-a-field": 1}
-    fast = search._partial(Collection, values)
-    slow = Collection.from_db("default", ["id", "name"], [shared.collection_id, "ops"])
-    assert {k: v for k, v in vars(fast).items() if k != "_state"} == {
-        k: v for k, v in vars(slow).items() if k != "_state"}
-    assert (fast._state.db, fast._state.adding) == (slow._state.db, slow._state.adding) == ("default", False)
-    assert fast.get_deferred_fields() == slow.get_deferred_fields() and "description" in fast.get_deferred_fields()
+    policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
+    rows, _ = search._checked_rows(policy=policy, candidates=_candidates([shared.pk]),
+                                   read_query=search.ReadQuery(text="gateway", vector=None, tsquery=None),
+                                   load_embeddings=False)
+    read = rows[shared.pk].converted()
+    names = [item.attname for item in Fragment._meta.concrete_fields if item.attname in read]
+    assert len(names) == len(Fragment._meta.concrete_fields) - len(search.ROW_CHECK_DEFERRED) - 1  # and embedding
 
+    def alike(built, model, loaded):  # type: ignore[no-untyped-def]
+        given = model.from_db("default", loaded, [read_values[name] for name in loaded])
+        kept = {"_state", "_prefetched_objects_cache"}  # what serving adds: its linked rows
+        assert type(built) is model and vars(built).keys() - kept == vars(given).keys() - kept
+        assert all(getattr(built, name) == getattr(given, name) for name in loaded)
+        assert (built._state.db, built._state.adding) == (given._state.db, given._state.adding) == ("default", False)
+        assert built.get_deferred_fields() == given.get_deferred_fields()
+
+    read_values = read
+    with django_assert_num_queries(0):
+        served = search._served(rows[shared.pk])
+    alike(served, Fragment, names)
+    assert {"search_vector", "context", "embedding"} <= served.get_deferred_fields()
+    read_values = {"id": shared.collection_id, "name": "ops", "not-a-field": 1}
+    alike(search._partial(Collection, read_values), Collection, ["id", "name"])
+
+    # Where something would miss Model.__init__, from_db builds it.
     heard = []
 
     def receiver(sender, instance, **kwargs):  # type: ignore[no-untyped-def]
@@ -252,21 +271,78 @@ def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relati
 
     signals.post_init.connect(receiver, sender=Collection)
     try:
-        built = search._partial(Collection, values)
+        built = search._partial(Collection, read_values)
     finally:
         signals.post_init.disconnect(receiver, sender=Collection)
     assert heard == [built] and built.name == "ops"
 
-    policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
-    rows, _ = search._checked_rows(policy=policy, candidates=_candidates([shared.pk]),
-                                   read_query=search.ReadQuery(text="gateway", vector=None, tsquery=None),
-                                   load_embeddings=False)
+    made = []
+    django_init = Collection.__init__
+
+    def own_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(self)
+        django_init(self, *args, **kwargs)
+
+    search._plainly_built.cache_clear()
+    monkeypatch.setattr(Collection, "__init__", own_init)
+    try:
+        built = search._partial(Collection, read_values)
+    finally:
+        monkeypatch.undo()
+        search._plainly_built.cache_clear()
+    assert made == [built] and built.name == "ops"
+
+    # The linked rows answer what the check read, and nothing else.
+    agents = [agent.name for agent in Fragment.objects.get(pk=shared.pk).agents.order_by("pk")]
     with django_assert_num_queries(0):
-        served = search._served(rows[shared.pk])
-        assert [resource.external_id for resource in served.resources.all()] == ["wiki/rotation"]
-        assert list(served.resources.filter(external_id="wiki/rotation")) == []
-        assert list(served.agents.all().exclude(pk=0)) == []
+        resources = served.resources.all()
+        assert [resource.external_id for resource in resources] == ["wiki/rotation"]
+        assert len(resources) == resources.count() == 1 and resources.exists() and resources[0].title == "Rotation"
+        assert [agent.name for agent in served.agents.all()] == agents == ["wiki"] and served.agents.exists()
+        assert served.agents.first().name == "wiki"  # ordered by name: the first of what was read
         assert served.grounded_versions == shared.grounded_versions
-    assert isinstance(served, Fragment) and not served._state.adding
+        for further in (lambda: served.resources.filter(external_id="wiki/rotation"),
+                        lambda: served.resources.all().exclude(pk=0), lambda: served.resources.order_by("pk"),
+                        lambda: served.resources.get(external_id="wiki/rotation"),
+                        lambda: list(served.resources.all().iterator()), lambda: served.agents.last(),
+                        lambda: served.resources.all() | served.resources.all(),
+                        lambda: list(copy.deepcopy(served.resources.all()))):
+            with pytest.raises(TypeError, match="rows a search served with a fragment are what it read"):
+                further()
     served.refresh_from_db(fields=["context"])  # a field the check left in the database is read when asked for
     assert served.context == Fragment.objects.get(pk=shared.pk).context
+
+
+def test_a_rule_of_a_kind_the_check_does_not_know_is_given_the_linked_rows_and_one_without_them_fails():
+    """reads_links takes a kind of rule facts_read does not know to read the
+    linked rows; facts built without them refuse them to a rule that asks,
+    however it asks."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Flagged(access.Rule):
+        flag: str
+
+        def holds(self, facts):  # type: ignore[no-untyped-def]
+            return facts.get("agent_links") is None
+
+    @dataclasses.dataclass(frozen=True)
+    class Asking(access.Rule):
+        def holds(self, facts):  # type: ignore[no-untyped-def]
+            return "resource_links" not in facts
+
+    policy = access.ReadPolicy(caller=access.Caller(tenant=None, kind="system"), audience=None,  # type: ignore[arg-type]
+                               as_of=timezone.now(), visibility=Flagged("x"), narrowing=access.And(()))
+    assert policy.reads_links
+    row = access.FragmentValues({
+        "id": uuid.uuid4(), "tenant_id": 1, "owner_user_id": None, "owner_agent_id": None, "collection_id": 1,
+        "source_id": None, "facts_source_agent_id": None, "recorded_at": timezone.now(), "retired_at": None,
+        "created_at": timezone.now(), "facts_agents": [{"id": 3, "kind": "assistant"}], "facts_resources": None})
+    assert policy.refusal(row) is not None  # given the links, it sees them
+    facts = access.fragment_facts(row, links=False)
+    for rule in (Flagged("x"), Asking()):
+        with pytest.raises(KeyError, match="built without its linked rows"):
+            rule.holds(facts)
+    with pytest.raises(KeyError, match="built without its linked rows"):
+        facts["agent_links"]  # noqa: B018
+    assert facts.get("collection_id") == 1 and "tenant_id" in facts and facts.get("nothing") is None

@@ -295,7 +295,8 @@ def test_every_kind_of_rule_says_what_it_reads():
         "tenant_id", "source_id"}
     known = {Eq, access.In, access.NotIn, IsNull, access.Compare, access.Some, access.NoneOf, access.Nothing, And,
              Or, Labelled}
-    assert set(access.Rule.__subclasses__()) == known  # a new kind of rule gets a line above
+    # A new kind of rule in access.py gets a line above (tests define kinds of their own).
+    assert {kind for kind in access.Rule.__subclasses__() if kind.__module__ == access.__name__} == known
 
     @dataclasses.dataclass(frozen=True)
     class Flagged(access.Rule):
