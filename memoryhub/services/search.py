@@ -1792,8 +1792,9 @@ def _converted_when(names: Sequence[str], converters: Sequence[tuple[int, Any, l
                     ) -> tuple[list[tuple[int, Any, list[Any]]], _Later]:
     """The converters applied to every row the row check reads, and those of
     its JSON columns (a fragment's linked rows, its grounded versions), whose
-    parsing waits until a value is read: a row that is refused, or not
-    served, or whose check reads no link, is never parsed."""
+    parsing waits until a value is read: a row is parsed only where its
+    check (a rule that reads links), fusion (its own documents) or serving
+    reads it."""
     now: list[tuple[int, Any, list[Any]]] = []
     later: list[tuple[int, Any, list[Any]]] = []
     for index, expression, functions in converters:
