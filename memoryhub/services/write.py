@@ -378,7 +378,9 @@ def _judged_rows_sql(owner: str, subject: bool, vector: bool) -> str:
     written once from the models' names and run prepared (compiled through
     the ORM and planned for every candidate, a judgement took 5.0 ms; so,
     2.9), its values named: tenant, owner, hash, subject, vector (a vector's
-    text)."""
+    text). Its `live` clause restates Writer.live_private(), the one
+    definition of a writer's live memory: tests/memory/test_prepared.py
+    compares every part of it with what the ORM reads from that."""
     def column(name: str) -> str:
         return connection.ops.quote_name(str(Fragment._meta.get_field(name).column))  # type: ignore[union-attr]
 

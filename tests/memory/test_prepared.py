@@ -287,3 +287,51 @@ def test_a_writes_judgement_runs_prepared_and_reads_the_same_values_prepared_or_
     assert len(neighbours) == 4 and [distance for _, _, distance in neighbours] == sorted(
         distance for _, _, distance in neighbours)
     assert write._NEIGHBOUR not in unprepared[5]
+
+
+def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the_orm_does(people):
+    """The judgement's statement is written by hand: it must read what the ORM
+    reads from Writer.live_private(), the one definition of a writer's live
+    memory, part by part (the oldest same text, the newest same subject, the
+    nearest neighbours), with a retired fragment, another person's, another
+    agent's and another workspace's in the way."""
+    from pgvector.django import CosineDistance
+
+    from memoryhub.models import Fragment
+
+    bruno = write.Writer(tenant=people.acme, user=people.bruno)
+    bot = write.Writer(tenant=people.acme, agent=people.triage_bot.agent)
+    others = [write.Writer(tenant=people.acme, user=people.ada), write.Writer(tenant=people.globex, user=people.olga),
+              write.Writer(tenant=people.globex, agent=people.globex_bot.agent)]
+    facts = ["My manager is Dana.", "The deploy window is Thursday evening.", "Our deploys go out on Thursdays.",
+             "The office plants need water.", "My manager is Ezra now.", "The deploy window moved to Friday."]
+    for writer in (bruno, bot, *others):
+        for fact in facts:
+            write.pipeline_run(writer=writer, content=fact)
+    for writer in (bruno, bot):  # a retired fragment of each: never read
+        retired = writer.live_private().get(value="The office plants need water.")
+        Fragment.objects.filter(pk=retired.pk).update(retired_at=timezone.now(),
+                                                      retired_reason=Fragment.Retired.SUPERSEDED)
+
+    asked = ["My manager is Dana.", "My manager is Ezra now.", "When is the deploy window?",
+             "The office plants need water."]
+    vectors = dict(zip(asked, get_embedder().embed(asked), strict=True))
+    checked = 0
+    for writer in (bruno, bot):
+        live = writer.live_private()
+        for text in asked:
+            for vector in (vectors[text], None):
+                expected = {write._SAME: list(live.filter(content_hash=write.fact_hash(text))
+                                              .order_by("recorded_at", "pk").values_list("pk", flat=True)[:1])}
+                subject = write.subject_of(text)
+                if subject:
+                    expected[write._SUBJECT] = list(live.filter(subject_key=subject).order_by("-recorded_at", "pk")
+                                                    .values_list("pk", flat=True)[:1])
+                if vector is not None:
+                    expected[write._NEIGHBOUR] = list(
+                        live.filter(embedding__isnull=False).annotate(distance=CosineDistance("embedding", vector))
+                        .order_by("distance", "pk").values_list("pk", flat=True)[:write.NEIGHBOURS])
+                got = {kind: [pk for pk, _, _ in rows] for kind, rows in _judged(writer, text, vector).items()}
+                assert got == {kind: pks for kind, pks in expected.items() if pks}, (writer, text, vector)
+                checked += sum(len(pks) for pks in expected.values())
+    assert checked > 20
