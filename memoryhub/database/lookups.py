@@ -10,7 +10,10 @@ compiled by Django on each connection the first time it runs there, with a
 marker in each value's place; a run puts the values in those places of the
 compiled parameters, runs the statement prepared, and builds its rows as
 Django's ModelIterable builds them (select_related's related rows included).
-What Django compiles is what runs: only the values change.
+`Rows` is the same for a queryset of values (`values_list()`, a union of
+them included) read whole: a write's judgement reads three parts of the
+writer's live memory in one statement. What Django compiles is what runs:
+only the values change.
 """
 
 from __future__ import annotations
@@ -23,18 +26,20 @@ from typing import Any, Generic, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
-from django.db.models.query import ModelIterable, get_related_populators
+from django.db.models.query import ModelIterable, ValuesListIterable, get_related_populators
 from django.db.models.sql.compiler import SQLCompiler
 
 from memoryhub.database.base import prepared
 
 M = TypeVar("M", bound=Model)
 
-# The value types a lookup's marker can stand for. Django hands a str or a
-# UUID filter value to the statement as the same object, so each marker is
-# found among the compiled parameters by identity: a value changed on its way
-# (lowered, stripped, wrapped in %...%) is a new object and is not found.
-KINDS: tuple[type, ...] = (str, uuid.UUID)
+# The value types a lookup's marker can stand for. Django hands a str, a UUID
+# or a key of an automatic primary key (a foreign key's value) to the
+# statement as the same object, so each marker is found among the compiled
+# parameters by identity: a value changed on its way (lowered, stripped,
+# wrapped in %...%, or an int wrapped in the integer type of its column, as
+# Django does for an IntegerField's) is a new object and is not found.
+KINDS: tuple[type, ...] = (str, uuid.UUID, int)
 
 
 def _marker(kind: type) -> Any:
@@ -42,6 +47,12 @@ def _marker(kind: type) -> Any:
         return f"memoryhub-lookup-marker-{secrets.token_hex(16)}"
     if kind is uuid.UUID:
         return uuid.uuid4()
+    if kind is int:
+        # Made at run time and past 2**30, so never one of the small ints
+        # Python shares (a filter's own 1 or 0 could be that very object),
+        # and within an AutoField's 32 bits (Django compiles a value past its
+        # field's range into no statement at all).
+        return (1 << 30) | secrets.randbits(30)
     raise TypeError(f"a lookup takes values of {', '.join(k.__name__ for k in KINDS)}, not {kind.__name__}")
 
 
@@ -59,88 +70,120 @@ def marker_elsewhere(sql: str, params: Sequence[Any], marker: Any) -> bool:
 
 @dataclass(frozen=True)
 class Compiled:
-    """A lookup compiled on one connection: its SQL and parameters, where its
-    values go among them, and how its rows are built."""
+    """A statement compiled on one connection: its SQL and parameters, where
+    its values go among them, and what converts its rows' values."""
 
     sql: str
     params: tuple[Any, ...]
-    places: tuple[int, ...]
+    places: tuple[tuple[int, ...], ...]
     compiler: SQLCompiler
     converters: dict[int, Any]
+
+
+@dataclass(frozen=True)
+class CompiledInstances(Compiled):
+    """A Lookup's statement, with how its rows are built into instances."""
+
     init_list: tuple[str, ...]
     model_slice: slice
     populators: tuple[Any, ...]
     annotations: tuple[tuple[str, int], ...]
 
 
-class Lookup(Generic[M]):
-    """`build(*values)`: the queryset, with each value used once, as it is,
-    as a parameter (a filter's value); `kinds`: their types (KINDS). Compiling
-    fails when a value is not found exactly once among the parameters as the
-    very object given (a value Django or the build changes on its way), when
-    it is also found inside another parameter or in the SQL, and for a
-    queryset that is not a plain one of model instances. It runs on the
-    default database unless `using` names another (the project has no
-    database routers)."""
+class _Statement:
+    """A queryset written once as a function of its values, compiled once per
+    connection (Lookup, Rows)."""
 
-    def __init__(self, build: Callable[..., QuerySet[M]], *kinds: type) -> None:
+    def __init__(self, build: Callable[..., QuerySet[Any]], *kinds: type) -> None:
         self._build = build
         self._kinds = kinds
         for kind in kinds:
             _marker(kind)  # an unsupported type fails here, when the module is imported
 
-    def first(self, *values: Any, using: str | None = None) -> M | None:
-        """The one row a lookup by a unique key finds (LIMIT 1), or None, on
-        `using` (the default database unless named)."""
+    def _run(self, values: Sequence[Any], using: str | None, rows: int | None) -> tuple[Compiled, list[tuple]]:
+        """The statement run with `values` on `using` (the default database
+        unless named): what it compiled to, and its rows, the first `rows` of
+        them (all when None), converted."""
         if len(values) != len(self._kinds):
             raise TypeError(f"this lookup takes {len(self._kinds)} values, not {len(values)}")
         for value, kind in zip(values, self._kinds, strict=True):
-            if not isinstance(value, kind):
+            # (A bool is an int to isinstance, and no key.)
+            if not isinstance(value, kind) or isinstance(value, bool):
                 raise TypeError(f"expected a {kind.__name__}, got a {type(value).__name__}")
         alias = using or DEFAULT_DB_ALIAS
         wrapper = connections[alias]
         # Compiled on the thread's own connection wrapper, once.
-        cache: dict[Lookup[Any], Compiled] = wrapper.__dict__.setdefault("compiled_lookups", {})
+        cache: dict[_Statement, Compiled] = wrapper.__dict__.setdefault("compiled_lookups", {})
         compiled = cache.get(self)
         if compiled is None:
             compiled = cache[self] = self._compile(alias)
         params = list(compiled.params)
-        for place, value in zip(compiled.places, values, strict=True):
-            params[place] = value
+        for places, value in zip(compiled.places, values, strict=True):
+            for place in places:
+                params[place] = value
         with prepared(alias), wrapper.cursor() as cursor:
             cursor.execute(compiled.sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        if compiled.converters:
-            row = next(compiled.compiler.apply_converters([row], compiled.converters))
-        return _instance(compiled, row, alias)
+            fetched = cursor.fetchall() if rows is None else cursor.fetchmany(rows)
+        if compiled.converters and fetched:
+            fetched = [tuple(row) for row in compiled.compiler.apply_converters(fetched, compiled.converters)]
+        return compiled, fetched
 
     def _compile(self, alias: str) -> Compiled:
+        raise NotImplementedError
+
+    def _compiled(self, queryset: QuerySet[Any], markers: Sequence[Any], alias: str) -> tuple[
+            SQLCompiler, str, tuple[Any, ...], tuple[tuple[int, ...], ...], dict[int, Any]]:
+        compiler = queryset.query.get_compiler(using=alias)
+        sql, params = compiler.as_sql()
+        places = []
+        for marker in markers:
+            found = marker_places(params, marker)
+            if not found:
+                raise ValueError("a lookup's value must be a parameter of its statement, as given: found 0")
+            if marker_elsewhere(sql, params, marker):
+                raise ValueError("a lookup's value is also in its statement in another form")
+            places.append(tuple(found))
+        # What results_iter would gather for every row, gathered once.
+        converters = compiler.get_converters([column[0] for column in compiler.select[: compiler.col_count]])
+        return compiler, sql, tuple(params), tuple(places), converters
+
+
+class Lookup(_Statement, Generic[M]):
+    """`build(*values)`: the queryset, with each value used as it is, as a
+    parameter (a filter's value), once or in several places; `kinds`: their
+    types (KINDS). Compiling fails when a value is not found among the
+    parameters as the very object given (a value Django or the build changes
+    on its way), when it is also found inside another parameter or in the
+    SQL, and for a
+    queryset that is not a plain one of model instances. It runs on the
+    default database unless `using` names another (the project has no
+    database routers)."""
+
+    def __init__(self, build: Callable[..., QuerySet[M]], *kinds: type) -> None:
+        super().__init__(build, *kinds)
+
+    def first(self, *values: Any, using: str | None = None) -> M | None:
+        """The one row a lookup by a unique key finds (LIMIT 1), or None, on
+        `using` (the default database unless named)."""
+        compiled, fetched = self._run(values, using, rows=1)
+        if not fetched:
+            return None
+        assert isinstance(compiled, CompiledInstances)
+        return _instance(compiled, fetched[0], using or DEFAULT_DB_ALIAS)
+
+    def _compile(self, alias: str) -> CompiledInstances:
         markers = [_marker(kind) for kind in self._kinds]
         queryset = self._build(*markers)[:1]
         if (queryset._iterable_class is not ModelIterable
                 or getattr(queryset, "_prefetch_related_lookups", None)
                 or getattr(queryset, "_known_related_objects", None) or queryset.query.combinator):
             raise ValueError("a Lookup reads plain model instances (no values(), prefetch or combination)")
-        compiler = queryset.query.get_compiler(using=alias)
-        sql, params = compiler.as_sql()
-        places = []
-        for marker in markers:
-            found = marker_places(params, marker)
-            if len(found) != 1:
-                raise ValueError(
-                    f"a lookup's value must be one parameter of its statement, as given: found {len(found)}")
-            if marker_elsewhere(sql, params, marker):
-                raise ValueError("a lookup's value is also in its statement in another form")
-            places.append(found[0])
+        compiler, sql, params, places, converters = self._compiled(queryset, markers, alias)
         klass_info, select = compiler.klass_info, compiler.select
         fields = klass_info["select_fields"]
         model_slice = slice(fields[0], fields[-1] + 1)
-        return Compiled(
-            sql=sql, params=tuple(params), places=tuple(places), compiler=compiler,
-            # What results_iter would gather for every row, gathered once.
-            converters=compiler.get_converters([column[0] for column in select[: compiler.col_count]]),
+        return CompiledInstances(
+            sql=sql, params=params, places=places, compiler=compiler, converters=converters,
             init_list=tuple(column[0].target.attname for column in select[model_slice]), model_slice=model_slice,
             # (Django 5.2's signature; the stubs describe a later one.)
             populators=tuple(get_related_populators(klass_info, select, alias)),  # type: ignore[call-arg]
@@ -148,7 +191,26 @@ class Lookup(Generic[M]):
         )
 
 
-def _instance(compiled: Compiled, row: Sequence[Any], alias: str) -> Any:
+class Rows(_Statement):
+    """A Lookup of values: `build(*values)` is a `values_list()` queryset (not
+    flat or named), or a union of them, read whole; its rows are tuples of
+    the converted values, in the queryset's order. The same rules for its
+    values as a Lookup's."""
+
+    def all(self, *values: Any, using: str | None = None) -> list[tuple[Any, ...]]:
+        return self._run(values, using, rows=None)[1]
+
+    def _compile(self, alias: str) -> Compiled:
+        markers = [_marker(kind) for kind in self._kinds]
+        queryset = self._build(*markers)
+        if (queryset._iterable_class is not ValuesListIterable
+                or getattr(queryset, "_prefetch_related_lookups", None)):
+            raise ValueError("Rows reads a values_list() queryset (not flat or named, no prefetch), or a union of them")
+        compiler, sql, params, places, converters = self._compiled(queryset, markers, alias)
+        return Compiled(sql=sql, params=params, places=places, compiler=compiler, converters=converters)
+
+
+def _instance(compiled: CompiledInstances, row: Sequence[Any], alias: str) -> Any:
     """A row built as Django's ModelIterable builds it."""
     klass = compiled.compiler.klass_info["model"]
     instance = klass.from_db(alias, compiled.init_list, row[compiled.model_slice])
@@ -159,4 +221,4 @@ def _instance(compiled: Compiled, row: Sequence[Any], alias: str) -> Any:
     return instance
 
 
-__all__ = ["Lookup", "marker_elsewhere", "marker_places"]
+__all__ = ["Lookup", "Rows", "marker_elsewhere", "marker_places"]

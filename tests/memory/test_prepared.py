@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -290,11 +290,12 @@ def test_a_writes_judgement_runs_prepared_and_reads_the_same_values_prepared_or_
 
 
 def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the_orm_does(people):
-    """The judgement's statement is written by hand: it must read what the ORM
-    reads from Writer.live_private(), the one definition of a writer's live
-    memory, part by part (the oldest same text, the newest same subject, the
-    nearest neighbours), with a retired fragment, another person's, another
-    agent's and another workspace's in the way."""
+    """The judgement's statement is compiled from live_private(), the one
+    definition of a writer's live memory, into one union run prepared: it
+    must read what the ORM reads from Writer.live_private(), part by part
+    (the oldest same text, the newest same subject, the nearest neighbours),
+    with a retired fragment, another person's, another agent's and another
+    workspace's in the way."""
     from pgvector.django import CosineDistance
 
     from memoryhub.models import Fragment
@@ -335,3 +336,53 @@ def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the
                 assert got == {kind: pks for kind, pks in expected.items() if pks}, (writer, text, vector)
                 checked += sum(len(pks) for pks in expected.values())
     assert checked > 20
+
+
+def _plan(sql: str, params: list) -> str:
+    """`sql`'s plan where the planner would rather walk any index in order
+    than sort: an ordering the HNSW index can serve is taken from it."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_a_writes_neighbours_are_read_exactly_never_from_the_hnsw_graph(people):
+    """The neighbours are ordered by an expression no index serves (their
+    distance plus 0): even a planner set to avoid sorting reads the writer's
+    rows and sorts them, where an ordering by the distance itself walks the
+    graph."""
+    from pgvector import Vector
+    from pgvector.django import CosineDistance
+
+    writer = write.Writer(tenant=people.acme, user=people.bruno)
+    for fact in ("My manager is Dana.", "The deploy window is Thursday evening."):
+        write.pipeline_run(writer=writer, content=fact)
+    text = "My manager is Ezra."
+    vector = get_embedder().embed([text])[0]
+    write._judged_rows(writer, text, vector)  # compiled on this connection
+    statement = write._judgement("owner_user", True, True)
+    compiled = connections["default"].__dict__["compiled_lookups"][statement]
+    params = list(compiled.params)
+    values = [people.acme.pk, people.bruno.pk, write.fact_hash(text), write.subject_of(text),
+              Vector(vector).to_text()]
+    for places, value in zip(compiled.places, values, strict=True):
+        for place in places:
+            params[place] = value
+    plan = _plan(compiled.sql, params)
+    assert "Sort" in plan and "fragment_embedding_hnsw" not in plan, plan
+
+    # The guard, alone: the nearest rows by the distance itself are walked from the
+    # graph (an ordering by more than the distance, as the judgement's with its
+    # tie by id, is not, by PostgreSQL 16; a planner that matched the distance
+    # alone to the index would), by the guarded distance read and sorted.
+    def nearest(order):  # type: ignore[no-untyped-def]
+        rows = writer.live_private().filter(embedding__isnull=False).order_by(order).values_list("pk")
+        sql, values = rows[:write.NEIGHBOURS].query.get_compiler(connection=connection).as_sql()
+        return _plan(sql, list(values))
+
+    assert "fragment_embedding_hnsw" in nearest(CosineDistance("embedding", vector))
+    guarded = nearest(write._Unindexed(CosineDistance("embedding", vector)))
+    assert "Sort" in guarded and "fragment_embedding_hnsw" not in guarded, guarded
+    assert "<=>" in compiled.sql and " + 0)" in compiled.sql

@@ -286,8 +286,12 @@ def test_the_judgement_reads_neighbours_in_their_order(people, bruno):
     with CaptureQueriesContext(connection) as captured:
         found = write._judged_rows(writer, "When is the deploy window?", vector)
     (statement,) = [entry["sql"] for entry in captured.captured_queries]
-    # The order is the whole statement's, after its last part.
-    assert statement.rsplit(")", 1)[-1].strip() == 'ORDER BY kind, distance, "id"', statement
+    # The order is the whole statement's, after its last part: by its third, fourth and first
+    # columns (kind, distance, id).
+    assert statement.rsplit(")", 1)[-1].strip() == "ORDER BY 3 ASC, 4 ASC, 1 ASC", statement
+    assert statement.startswith('(SELECT "memoryhub_fragment"."id" AS "id", "memoryhub_fragment"."value" AS "value", ')
+    columns = statement.split(" FROM ", 1)[0]
+    assert ' AS "kind", ' in columns and columns.endswith(' AS "distance"'), columns
     neighbours = [row.pk for row in found[write._NEIGHBOUR]]
     assert neighbours[-1] == plants.pk
     tied = sorted([freeze.pk, thursdays.pk])
