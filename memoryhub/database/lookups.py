@@ -24,10 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from django.core.exceptions import EmptyResultSet, FullResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import ModelIterable, ValuesListIterable, get_related_populators
 from django.db.models.sql.compiler import SQLCompiler
+from psycopg.types.numeric import Int8
 
 from memoryhub.database.base import prepared
 
@@ -63,9 +65,20 @@ def marker_places(params: Sequence[Any], marker: Any) -> list[int]:
 
 
 def marker_elsewhere(sql: str, params: Sequence[Any], marker: Any) -> bool:
-    """Whether `marker` is also in the SQL, or inside another parameter: in another form."""
-    return str(marker) in sql or any(isinstance(param, str) and param is not marker and str(marker) in param
-                                     for param in params)
+    """Whether `marker` is also in the SQL, or in another parameter: in
+    another form (written inside a str, a UUID's also without its dashes; or
+    an equal value that is not the very object, such as an int Django wrapped
+    in the integer type of its column)."""
+    forms = [str(marker), *([marker.hex] if isinstance(marker, uuid.UUID) else [])]
+    for param in params:
+        if param is marker:
+            continue
+        if isinstance(param, str) and any(form in param for form in forms):
+            return True
+        if (isinstance(marker, int | uuid.UUID) and not isinstance(param, bool | str)
+                and isinstance(param, int | uuid.UUID) and param == marker):
+            return True
+    return any(form in sql for form in forms)
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,7 @@ class _Statement:
         self._build = build
         self._kinds = kinds
         for kind in kinds:
-            _marker(kind)  # an unsupported type fails here, when the module is imported
+            _marker(kind)  # an unsupported type fails here, when the statement is written
 
     def _run(self, values: Sequence[Any], using: str | None, rows: int | None) -> tuple[Compiled, list[tuple]]:
         """The statement run with `values` on `using` (the default database
@@ -109,7 +122,7 @@ class _Statement:
         for value, kind in zip(values, self._kinds, strict=True):
             # (A bool is an int to isinstance, and no key.)
             if not isinstance(value, kind) or isinstance(value, bool):
-                raise TypeError(f"expected a {kind.__name__}, got a {type(value).__name__}")
+                raise TypeError(f"expected a value of type {kind.__name__}, got a {type(value).__name__}")
         alias = using or DEFAULT_DB_ALIAS
         wrapper = connections[alias]
         # Compiled on the thread's own connection wrapper, once.
@@ -119,8 +132,11 @@ class _Statement:
             compiled = cache[self] = self._compile(alias)
         params = list(compiled.params)
         for places, value in zip(compiled.places, values, strict=True):
+            # A key is sent as a bigint, whatever its size: psycopg would send a
+            # small one as a smallint, and prepare the statement again for it.
+            sent = Int8(value) if type(value) is int else value
             for place in places:
-                params[place] = value
+                params[place] = sent
         with prepared(alias), wrapper.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             fetched = cursor.fetchall() if rows is None else cursor.fetchmany(rows)
@@ -133,8 +149,16 @@ class _Statement:
 
     def _compiled(self, queryset: QuerySet[Any], markers: Sequence[Any], alias: str) -> tuple[
             SQLCompiler, str, tuple[Any, ...], tuple[tuple[int, ...], ...], dict[int, Any]]:
-        compiler = queryset.query.get_compiler(using=alias)
-        sql, params = compiler.as_sql()
+        try:
+            # Each part of a union alone first: Django leaves out of a union a
+            # part that can match nothing (a value past its field's range).
+            for part in queryset.query.combined_queries:
+                part.get_compiler(using=alias).as_sql()
+            compiler = queryset.query.get_compiler(using=alias)
+            sql, params = compiler.as_sql()
+        except (EmptyResultSet, FullResultSet) as exc:
+            raise ValueError(f"a lookup's queryset compiles to no statement with a value in each place: "
+                             f"{type(exc).__name__}") from exc
         places = []
         for marker in markers:
             found = marker_places(params, marker)
@@ -153,14 +177,14 @@ class Lookup(_Statement, Generic[M]):
     parameter (a filter's value), once or in several places; `kinds`: their
     types (KINDS). Compiling fails when a value is not found among the
     parameters as the very object given (a value Django or the build changes
-    on its way), when it is also found inside another parameter or in the
-    SQL, and for a
+    on its way), when it is also in the statement in another form
+    (marker_elsewhere), when the queryset compiles to no statement, and for a
     queryset that is not a plain one of model instances. It runs on the
     default database unless `using` names another (the project has no
     database routers)."""
 
     def __init__(self, build: Callable[..., QuerySet[M]], *kinds: type) -> None:
-        super().__init__(build, *kinds)
+        super().__init__(build, *kinds)  # (typed here: the model read is the queryset's)
 
     def first(self, *values: Any, using: str | None = None) -> M | None:
         """The one row a lookup by a unique key finds (LIMIT 1), or None, on
@@ -192,10 +216,11 @@ class Lookup(_Statement, Generic[M]):
 
 
 class Rows(_Statement):
-    """A Lookup of values: `build(*values)` is a `values_list()` queryset (not
-    flat or named), or a union of them, read whole; its rows are tuples of
-    the converted values, in the queryset's order. The same rules for its
-    values as a Lookup's."""
+    """Rows of values, written once as a function of its values as a Lookup
+    is: `build(*values)` is a `values_list()` queryset (not flat or named,
+    not distinct), or a union of them, read whole; its rows are tuples of the
+    converted values, in the queryset's order. The same rules for its values
+    as a Lookup's."""
 
     def all(self, *values: Any, using: str | None = None) -> list[tuple[Any, ...]]:
         return self._run(values, using, rows=None)[1]
@@ -203,9 +228,11 @@ class Rows(_Statement):
     def _compile(self, alias: str) -> Compiled:
         markers = [_marker(kind) for kind in self._kinds]
         queryset = self._build(*markers)
-        if (queryset._iterable_class is not ValuesListIterable
+        if (queryset._iterable_class is not ValuesListIterable or queryset.query.distinct
                 or getattr(queryset, "_prefetch_related_lookups", None)):
-            raise ValueError("Rows reads a values_list() queryset (not flat or named, no prefetch), or a union of them")
+            # (A distinct one may select more than it returns, to order by.)
+            raise ValueError("Rows reads a values_list() queryset (not flat or named, not distinct, no prefetch), "
+                             "or a union of them")
         compiler, sql, params, places, converters = self._compiled(queryset, markers, alias)
         return Compiled(sql=sql, params=params, places=places, compiler=compiler, converters=converters)
 
