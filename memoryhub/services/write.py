@@ -44,10 +44,11 @@ from memoryhub.database.lookups import Rows
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import NotFound
 from memoryhub.models import Agent, Fragment, Tenant, User
+from memoryhub.services import alongside
 from memoryhub.services.conflicts import lock_key
 from memoryhub.services.enrichment import enrichment_enqueue
 from memoryhub.services.indexing import fragment_context
-from memoryhub.services.privacy import privacy_explanation, privacy_findings
+from memoryhub.services.privacy import Finding, privacy_explanation, privacy_findings
 
 logger = logging.getLogger("memoryhub.write")
 
@@ -211,6 +212,8 @@ def live_private(tenant_id: Any, owner_field: str, owner_id: Any) -> QuerySet[Fr
     fragments of a workspace (`tenant_id`) that a person (`owner_field`
     "owner_user") or an agent ("owner_agent") owns (`owner_id`, their key).
     Writer.live_private() reads it, and a write's judgement is compiled from it."""
+    if owner_field not in ("owner_user", "owner_agent"):
+        raise ValueError(f"a writer is a person or an agent, not {owner_field!r}")
     return Fragment.objects.filter(tenant_id=tenant_id, retired_at__isnull=True, **{owner_field: owner_id})
 
 
@@ -400,7 +403,8 @@ def _judgement(owner_field: str, subject: bool, vector: bool) -> Rows:
     when the text has a subject and the neighbours when it has a vector: each
     part read from live_private(), compiled by Django once per connection and
     run prepared (compiled through the ORM and planned for every candidate, a
-    judgement took 5.0 ms; so, 2.9). Its values: the workspace's key, the
+    judgement took 5.0 ms; hand-written and prepared, 2.9; compiled so, as long
+    as that, paired). Its values: the workspace's key, the
     writer's, the text's hash, then its subject and its vector's text where
     the statement has those parts."""
     columns = ("id", "value", "kind", "distance")
@@ -472,18 +476,58 @@ def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, 
     return "stored", None, ""
 
 
+@dataclass(frozen=True)
+class Draft:
+    """A write's content split into its candidate facts (split_candidates),
+    each one's privacy findings, and the embedding of those with none begun:
+    alongside the statements that come before the judgement where the
+    encoder leaves the process a core (memoryhub.services.alongside),
+    otherwise at once. A candidate the workspace's policy then drops was
+    embedded for nothing; none is judged or stored without its policy read."""
+
+    candidates: list[str]
+    findings: list[list[Finding]]
+    clean: list[int]
+    embedding: alongside.Embedding
+
+    def vectors(self) -> dict[int, list[float]] | None:
+        """Each clean candidate's vector by its index; None: the embedder failed (_embed said so)."""
+        vectors = self.embedding.vectors()
+        return None if vectors is None else dict(zip(self.clean, vectors, strict=True))
+
+
+def write_draft(content: str) -> Draft:
+    candidates = split_candidates(content)
+    findings = [privacy_findings(text) for text in candidates]
+    clean = [index for index, found in enumerate(findings) if not found]
+    return Draft(candidates=candidates, findings=findings, clean=clean,
+                 embedding=alongside.Embedding([candidates[index] for index in clean], _embed))
+
+
 def pipeline_run(
     *, writer: Writer, content: str, session_id: str = "", resource: str = "", now: dt.datetime | None = None,
-    confidence: float = CONFIDENCE_STATED,
+    confidence: float = CONFIDENCE_STATED, draft: Draft | None = None,
 ) -> WriteOutcome:
-    """Run the write pipeline inside the caller's transaction."""
+    """Run the write pipeline inside the caller's transaction. `draft`: the
+    content's (write_draft), begun before the caller's own statements;
+    otherwise it is begun here, before the writer's lock is taken."""
     now = now or timezone.now()
+    draft = draft or write_draft(content)
+    try:
+        return _pipeline(writer=writer, draft=draft, session_id=session_id, resource=resource, now=now,
+                         confidence=confidence)
+    finally:
+        draft.embedding.cancel()  # a write that failed before it waited: an embedding not yet begun is not begun
+
+
+def _pipeline(*, writer: Writer, draft: Draft, session_id: str, resource: str, now: dt.datetime,
+              confidence: float) -> WriteOutcome:
     writer.hold()
-    candidates = split_candidates(content)
+    candidates = draft.candidates
     results: list[CandidateOutcome | None] = [None] * len(candidates)
     kept: list[int] = []
     for index, text in enumerate(candidates):
-        findings = privacy_findings(text)
+        findings = draft.findings[index]
         if findings:
             results[index] = CandidateOutcome.of(
                 "dropped", reason=PRIVACY_DROP, explanation=privacy_explanation(findings)
@@ -495,11 +539,11 @@ def pipeline_run(
             continue
         kept.append(index)
 
-    vectors = _embed([candidates[i] for i in kept])
+    vectors = draft.vectors() if kept else {}
     created: list[Fragment] = []
-    for position, index in enumerate(kept):
+    for index in kept:
         text = candidates[index]
-        vector = vectors[position] if vectors else None
+        vector = vectors[index] if vectors is not None else None
         operation, existing, explanation = _judge(writer, text, vector)
         if operation == "merged":
             assert existing is not None
