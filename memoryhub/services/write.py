@@ -419,9 +419,18 @@ def _judgement(owner_field: str, subject: bool, vector: bool) -> Rows:
             parts.append(live.filter(subject_key=next(given)).annotate(kind=Value(_SUBJECT), distance=nothing)
                          .order_by("-recorded_at", "id").values_list(*columns)[:1])
         if vector:
-            parts.append(live.filter(embedding__isnull=False)
+            # The nearest found by their ids and vectors alone, which the
+            # writer's covering index holds (fragment_live_user_vectors,
+            # fragment_live_agent_vectors): an index-only scan, where reading
+            # each row's vector from the table took most of the judgement. Then
+            # their values, and the distance again, for those few.
+            vector_text = next(given)
+            nearest = (live.filter(embedding__isnull=False)
+                       .annotate(distance=_Unindexed(CosineDistance("embedding", Value(vector_text))))
+                       .order_by("distance", "id").values("id")[:NEIGHBOURS])
+            parts.append(live.filter(id__in=nearest)
                          .annotate(kind=Value(_NEIGHBOUR),
-                                   distance=_Unindexed(CosineDistance("embedding", Value(next(given)))))
+                                   distance=_Unindexed(CosineDistance("embedding", Value(vector_text))))
                          .order_by("distance", "id").values_list(*columns)[:NEIGHBOURS])
         first, *others = parts
         if not others:  # one part alone is no union: its own order stands

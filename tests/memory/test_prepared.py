@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
@@ -345,19 +346,53 @@ def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the
     assert checked > 20
 
 
-def _plan(sql: str, params: list) -> str:
-    """`sql`'s plan where the planner would rather walk any index in order
-    than sort: an ordering the HNSW index can serve is taken from it. (The
+def _plan(sql: str, params: list, avoid: tuple[str, ...] = ("sort", "seqscan")) -> str:
+    """`sql`'s plan where the planner avoids what `avoid` names (by default
+    sorting, so an ordering the HNSW index can serve is taken from it). (The
     settings end with the savepoint, rolled back.)"""
     saved = transaction.savepoint()
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_sort = off")
-            cursor.execute("SET LOCAL enable_seqscan = off")
+            for setting in avoid:
+                cursor.execute(f"SET LOCAL enable_{setting} = off")
             cursor.execute("EXPLAIN " + sql, params)
             return "\n".join(row[0] for row in cursor.fetchall())
     finally:
         transaction.savepoint_rollback(saved)
+
+
+def _judgement_sent(writer: write.Writer, text: str, vector: list[float]) -> tuple[Any, list]:
+    """The judgement's statement for `writer`, `text` and `vector`, as this
+    connection compiled it, and its parameters as they are sent."""
+    from pgvector import Vector
+
+    for fact in ("My manager is Dana.", "The deploy window is Thursday evening."):
+        write.pipeline_run(writer=writer, content=fact)
+    write._judged_rows(writer, text, vector)  # compiled on this connection
+    statement = write._judgement(writer.owner_field, bool(write.subject_of(text)), True)
+    compiled = connections["default"].__dict__["compiled_lookups"][statement]
+    params = list(compiled.params)
+    values = [writer.tenant.pk, (writer.user or writer.agent).pk, write.fact_hash(text),  # type: ignore[union-attr]
+              *([write.subject_of(text)] if write.subject_of(text) else []), Vector(vector).to_text()]
+    for places, value in zip(compiled.places, values, strict=True):
+        for place in places:
+            params[place] = value
+    return compiled, params
+
+
+def test_a_writes_neighbours_are_found_in_the_writers_vectors_alone(people):
+    """The nearest are found by their ids and vectors, which the writer's
+    covering index holds: a plan may read them by an index-only scan (the
+    planner here kept from every other way), for a person and for an agent;
+    the rows themselves are read for those few only."""
+    text = "My manager is Ezra."
+    vector = get_embedder().embed([text])[0]
+    for writer, index in ((write.Writer(tenant=people.acme, user=people.bruno), "fragment_live_user_vectors"),
+                          (write.Writer(tenant=people.acme, agent=people.triage_bot.agent),
+                           "fragment_live_agent_vectors")):
+        compiled, params = _judgement_sent(writer, text, vector)
+        plan = _plan(compiled.sql, params, avoid=("seqscan", "bitmapscan", "indexscan"))
+        assert f"Index Only Scan using {index}" in plan, plan
 
 
 def test_a_writes_neighbours_are_read_exactly_never_from_the_hnsw_graph(people):
@@ -365,23 +400,12 @@ def test_a_writes_neighbours_are_read_exactly_never_from_the_hnsw_graph(people):
     distance plus 0): even a planner set to avoid sorting reads the writer's
     rows and sorts them, where an ordering by the distance itself walks the
     graph."""
-    from pgvector import Vector
     from pgvector.django import CosineDistance
 
     writer = write.Writer(tenant=people.acme, user=people.bruno)
-    for fact in ("My manager is Dana.", "The deploy window is Thursday evening."):
-        write.pipeline_run(writer=writer, content=fact)
     text = "My manager is Ezra."
     vector = get_embedder().embed([text])[0]
-    write._judged_rows(writer, text, vector)  # compiled on this connection
-    statement = write._judgement("owner_user", True, True)
-    compiled = connections["default"].__dict__["compiled_lookups"][statement]
-    params = list(compiled.params)
-    values = [people.acme.pk, people.bruno.pk, write.fact_hash(text), write.subject_of(text),
-              Vector(vector).to_text()]
-    for places, value in zip(compiled.places, values, strict=True):
-        for place in places:
-            params[place] = value
+    compiled, params = _judgement_sent(writer, text, vector)
     assert "fragment_embedding_hnsw" not in _plan(compiled.sql, params)
     # The neighbours' part orders by the guarded distance, then id.
     neighbours = compiled.compiler.query.combined_queries[-1]
