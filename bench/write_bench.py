@@ -33,10 +33,11 @@ SLUG = "bench-writes"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writes", type=int, default=200)
     parser.add_argument("--existing", type=int, default=500)
-    parser.add_argument("--alongside", action="store_true", help=__doc__.split("--alongside: ")[1].split(".")[0])
+    parser.add_argument("--alongside", action="store_true",
+                        help="facts embedded alongside the first statements and at once, paired (see above)")
     args = parser.parse_args()
     texts = [item["value"] for item in json.loads(DATA.read_text())["fragments"] if len(item["value"]) < 400]
     rng = random.Random(3)

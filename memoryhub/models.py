@@ -23,6 +23,9 @@ from django.db.models.functions import Lower, Now
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
+# The writers' vector indexes (Fragment.Meta) hold each vector in a btree
+# row, whose limit (2,704 bytes) a vector of more than about 670 dimensions
+# would pass: an embedder that large needs those indexes rethought.
 EMBEDDING_DIMENSIONS = 384
 # The text search configuration the tsvector and every tsquery use.
 TEXT_SEARCH_CONFIG = "english"

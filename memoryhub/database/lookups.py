@@ -18,13 +18,14 @@ only the values change.
 
 from __future__ import annotations
 
+import numbers
 import secrets
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from django.core.exceptions import EmptyResultSet, FullResultSet
+from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import ModelIterable, ValuesListIterable, get_related_populators
@@ -66,19 +67,19 @@ def marker_places(params: Sequence[Any], marker: Any) -> list[int]:
 
 def marker_elsewhere(sql: str, params: Sequence[Any], marker: Any) -> bool:
     """Whether `marker` is also in the SQL, or in another parameter: in
-    another form (written inside a str, a UUID's also without its dashes; or
-    an equal value that is not the very object, such as an int Django wrapped
-    in the integer type of its column)."""
-    forms = [str(marker), *([marker.hex] if isinstance(marker, uuid.UUID) else [])]
+    another form (written inside a str, in any case, a UUID's also without
+    its dashes; or an equal value that is not the very object, such as an int
+    Django wrapped in the integer type of its column, or made a float)."""
+    forms = [str(marker).casefold(), *([marker.hex] if isinstance(marker, uuid.UUID) else [])]
     for param in params:
         if param is marker:
             continue
-        if isinstance(param, str) and any(form in param for form in forms):
+        if isinstance(param, str) and any(form in param.casefold() for form in forms):
             return True
-        if (isinstance(marker, int | uuid.UUID) and not isinstance(param, bool | str)
-                and isinstance(param, int | uuid.UUID) and param == marker):
+        if (isinstance(marker, numbers.Number | uuid.UUID) and not isinstance(param, bool | str)
+                and isinstance(param, numbers.Number | uuid.UUID) and param == marker):
             return True
-    return any(form in sql for form in forms)
+    return any(form in sql.casefold() for form in forms)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ class _Statement:
             # (A bool is an int to isinstance, and no key.)
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise TypeError(f"expected a value of type {kind.__name__}, got a {type(value).__name__}")
+            if isinstance(value, int) and not -(1 << 63) <= value < 1 << 63:
+                raise ValueError("a key is a bigint: this one is past its range")
         alias = using or DEFAULT_DB_ALIAS
         wrapper = connections[alias]
         # Compiled on the thread's own connection wrapper, once.
@@ -150,15 +153,15 @@ class _Statement:
     def _compiled(self, queryset: QuerySet[Any], markers: Sequence[Any], alias: str) -> tuple[
             SQLCompiler, str, tuple[Any, ...], tuple[tuple[int, ...], ...], dict[int, Any]]:
         try:
-            # Each part of a union alone first: Django leaves out of a union a
-            # part that can match nothing (a value past its field's range).
-            for part in queryset.query.combined_queries:
+            # Each part of a union alone first, and theirs: Django leaves out of
+            # a union a part that can match nothing (a value past its field's range).
+            for part in _parts(queryset.query):
                 part.get_compiler(using=alias).as_sql()
             compiler = queryset.query.get_compiler(using=alias)
             sql, params = compiler.as_sql()
-        except (EmptyResultSet, FullResultSet) as exc:
-            raise ValueError(f"a lookup's queryset compiles to no statement with a value in each place: "
-                             f"{type(exc).__name__}") from exc
+        except EmptyResultSet as exc:
+            raise ValueError("a lookup's queryset compiles to no statement (EmptyResultSet): "
+                             "a value in it can match nothing") from exc
         places = []
         for marker in markers:
             found = marker_places(params, marker)
@@ -228,13 +231,19 @@ class Rows(_Statement):
     def _compile(self, alias: str) -> Compiled:
         markers = [_marker(kind) for kind in self._kinds]
         queryset = self._build(*markers)
-        if (queryset._iterable_class is not ValuesListIterable or queryset.query.distinct
+        if (queryset._iterable_class is not ValuesListIterable
+                or any(part.distinct for part in (queryset.query, *_parts(queryset.query)))
                 or getattr(queryset, "_prefetch_related_lookups", None)):
             # (A distinct one may select more than it returns, to order by.)
             raise ValueError("Rows reads a values_list() queryset (not flat or named, not distinct, no prefetch), "
                              "or a union of them")
         compiler, sql, params, places, converters = self._compiled(queryset, markers, alias)
         return Compiled(sql=sql, params=params, places=places, compiler=compiler, converters=converters)
+
+
+def _parts(query: Any) -> list[Any]:
+    """A combined query's parts, theirs included."""
+    return [found for part in query.combined_queries for found in (part, *_parts(part))]
 
 
 def _instance(compiled: CompiledInstances, row: Sequence[Any], alias: str) -> Any:

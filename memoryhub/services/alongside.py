@@ -11,6 +11,7 @@ has no connection of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import threading
@@ -72,7 +73,14 @@ class Embedding:
     """`texts` being embedded by `embed` (which returns None where the
     embedder failed, having said so), when embeds_alongside() on a thread of
     its own, otherwise at once. The work waits for it where it needs the
-    vectors (`vectors`), no longer than its deadline if it has one."""
+    vectors (`vectors`), no longer than its deadline if it has one, and that
+    wait is timed as the search phase `waiting` names, if it names one.
+
+    A write's wait has no deadline, as its embedding at once had none; it
+    holds the writer's lock meanwhile, and the pool's threads are shared by
+    the process's searches and writes (one at a time per thread)."""
+
+    waiting: str | None = None
 
     def __init__(self, texts: list[str], embed: Callable[[list[str]], Vectors]) -> None:
         self._future: Future[Vectors]
@@ -93,7 +101,7 @@ class Embedding:
     def vectors(self, deadline: Deadline | None = None) -> Vectors:
         """The vectors, waited for until `deadline` at most (its `exceeded()` is raised)."""
         if not self._future.done():
-            with phase("embedding_wait"):
+            with phase(self.waiting) if self.waiting else contextlib.nullcontext():
                 try:
                     return self._future.result(timeout=deadline.remaining() if deadline is not None else None)
                 except TimeoutError:

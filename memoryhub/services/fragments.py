@@ -72,9 +72,10 @@ def fragment_write(
         else f"payload:{payload_hash}"
     )
     now = timezone.now()
-    # A person's facts are embedded while the key is claimed and the lock taken
-    # (write_draft); an agent's proposal is embedded when it is approved.
-    draft = write_draft(content) if caller.agent is None else None
+    # A person's facts are embedded while the key is claimed and the lock taken,
+    # where the encoder leaves the process a core (write_draft); an agent's
+    # proposal is embedded when it is approved.
+    draft = write_draft(content, caller.tenant) if caller.agent is None else None
     try:
         with transaction.atomic():
             record, first_answer = _claim_key(
@@ -94,8 +95,8 @@ def fragment_write(
             record.response = outcome.as_record()
             record.save(update_fields=["response"])
     finally:
-        if draft is not None:  # a retry's answer, or a failure: an embedding not yet begun is not begun
-            draft.embedding.cancel()
+        if draft is not None:
+            draft.cancel()
     return outcome
 
 

@@ -753,6 +753,8 @@ class Embedding(alongside.Embedding):
     its deadline. None from `vectors`: the embedder failed, and the read is
     lexical."""
 
+    waiting = "embedding_wait"
+
     def __init__(self, texts: list[str]) -> None:
         super().__init__(texts, _embedded)
 

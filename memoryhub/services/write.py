@@ -265,7 +265,7 @@ def _embed(texts: list[str]) -> list[list[float]] | None:
     try:
         return get_embedder().embed(texts)
     except Exception:  # noqa: BLE001 - judged without similarity now, embedded by tier 2 later
-        logger.exception("embedding at write time failed; enrichment will embed these facts")
+        logger.exception("embedding at write time failed; enrichment will embed what the write stores")
         return None
 
 
@@ -487,30 +487,58 @@ def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, 
 
 @dataclass(frozen=True)
 class Draft:
-    """A write's content split into its candidate facts (split_candidates),
-    each one's privacy findings, and the embedding of those with none begun:
-    alongside the statements that come before the judgement where the
-    encoder leaves the process a core (memoryhub.services.alongside),
-    otherwise at once. A candidate the workspace's policy then drops was
-    embedded for nothing; none is judged or stored without its policy read."""
+    """A write's content split into its candidate facts (split_candidates)
+    and each one's privacy findings; and, where the encoder leaves the
+    process a core (memoryhub.services.alongside), the embedding begun of
+    those the workspace's policy will keep, as the caller's workspace was
+    read with them, so that it runs while the statements before the
+    judgement do. The policy read under the writer's lock decides: a fact it
+    keeps that was not begun (the policy changed since) is embedded then; one
+    it drops that was begun is not used. With an encoder on every core,
+    nothing is begun: the kept facts are embedded once the policy has kept
+    them, as always."""
 
+    content: str
     candidates: list[str]
     findings: list[list[Finding]]
-    clean: list[int]
-    embedding: alongside.Embedding
+    begun: list[int]
+    embedding: alongside.Embedding | None
 
-    def vectors(self) -> dict[int, list[float]] | None:
-        """Each clean candidate's vector by its index; None: the embedder failed (_embed said so)."""
-        vectors = self.embedding.vectors()
-        return None if vectors is None else dict(zip(self.clean, vectors, strict=True))
+    def vectors(self, kept: list[int]) -> dict[int, list[float]] | None:
+        """The kept candidates' vectors by their index; None: the embedder
+        failed (_embed said so), and the facts are judged without them."""
+        begun = self.embedding.vectors() if self.embedding is not None else []
+        if begun is None:
+            return None
+        vectors = dict(zip(self.begun, begun, strict=True))
+        missing = [index for index in kept if index not in vectors]
+        if missing:
+            late = _embed([self.candidates[index] for index in missing])
+            if late is None:
+                return None
+            vectors.update(zip(missing, late, strict=True))
+        return vectors
+
+    def cancel(self) -> None:
+        """An embedding not yet begun is not begun (a retry's answer, or a
+        write that failed before it waited); one under way runs on unread."""
+        if self.embedding is not None:
+            self.embedding.cancel()
 
 
-def write_draft(content: str) -> Draft:
+def write_draft(content: str, tenant: Tenant) -> Draft:
+    """`content`'s Draft, its embedding begun where that may go alongside;
+    `tenant`: the writer's workspace as it was read with the caller."""
     candidates = split_candidates(content)
     findings = [privacy_findings(text) for text in candidates]
-    clean = [index for index, found in enumerate(findings) if not found]
-    return Draft(candidates=candidates, findings=findings, clean=clean,
-                 embedding=alongside.Embedding([candidates[index] for index in clean], _embed))
+    begun: list[int] = []
+    embedding = None
+    if alongside.embeds_alongside():
+        begun = [index for index, found in enumerate(findings)
+                 if not found and not policy_refusal(tenant=tenant, text=candidates[index])]
+        if begun:
+            embedding = alongside.Embedding([candidates[index] for index in begun], _embed)
+    return Draft(content=content, candidates=candidates, findings=findings, begun=begun, embedding=embedding)
 
 
 def pipeline_run(
@@ -521,12 +549,14 @@ def pipeline_run(
     content's (write_draft), begun before the caller's own statements;
     otherwise it is begun here, before the writer's lock is taken."""
     now = now or timezone.now()
-    draft = draft or write_draft(content)
+    if draft is not None and draft.content != content:
+        raise ValueError("a write's draft is of other content")
+    draft = draft or write_draft(content, writer.tenant)
     try:
         return _pipeline(writer=writer, draft=draft, session_id=session_id, resource=resource, now=now,
                          confidence=confidence)
     finally:
-        draft.embedding.cancel()  # a write that failed before it waited: an embedding not yet begun is not begun
+        draft.cancel()
 
 
 def _pipeline(*, writer: Writer, draft: Draft, session_id: str, resource: str, now: dt.datetime,
@@ -548,7 +578,7 @@ def _pipeline(*, writer: Writer, draft: Draft, session_id: str, resource: str, n
             continue
         kept.append(index)
 
-    vectors = draft.vectors() if kept else {}
+    vectors = draft.vectors(kept) if kept else {}
     created: list[Fragment] = []
     for index in kept:
         text = candidates[index]

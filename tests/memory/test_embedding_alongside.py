@@ -29,7 +29,7 @@ from memoryhub.services import alongside as alongside_module
 from memoryhub.services import search
 from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
-from tests.memory.conftest import private_fragment
+from tests.memory.conftest import private_fragment, stuck_encoder
 
 # Long enough for a loaded CI machine; a search that embeds at once never reaches it.
 WAIT_SECONDS = 30
@@ -191,23 +191,12 @@ def test_every_ranking_reads_the_same_either_way(bruno, shared_fragment, monkeyp
 def test_a_read_waits_for_its_embedding_no_longer_than_its_deadline(bruno, alongside, monkeypatch, settings):
     private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
     settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS = 0.5
-    released, finished = threading.Event(), threading.Event()
-    real = search._embed
-
-    def stuck(texts):
-        released.wait(WAIT_SECONDS)
-        finished.set()
-        return real(texts)
-
-    monkeypatch.setattr(search, "_embed", stuck)
     receipts = Receipt.objects.count()
-    try:
+    with stuck_encoder(monkeypatch, search, WAIT_SECONDS) as finished:
         with pytest.raises(DeadlineExceeded) as caught:
             fragments_search(caller=bruno, query="where is the VPN config?")
         # Told while the encoder still runs: the read did not wait for it.
         assert not finished.is_set()
-    finally:
-        released.set()
     assert "0.5 s deadline" in caught.value.message
     assert Receipt.objects.count() == receipts
 

@@ -186,6 +186,14 @@ def test_a_key_is_a_value_as_an_automatic_primary_keys_own(people):
         Lookup(lambda key: Fragment.objects.filter(Q(owner_user=key) | Q(search_length=key)), int).first(3)
     with pytest.raises(TypeError, match="expected a value of type int"):
         lookup.first(people.acme.pk, True)
+    # A key made a float by a FloatField's filter, or a name upper-cased, is in another form.
+    with pytest.raises(ValueError, match="in another form"):
+        Lookup(lambda key: Fragment.objects.filter(Q(owner_user=key) | Q(confidence=key)), int).first(3)
+    with pytest.raises(ValueError, match="in another form"):
+        Lookup(lambda name: User.objects.filter(Q(username=name) | Q(email=name.upper())), str).first("bruno")
+    # A key past a bigint's range is refused, not sent.
+    with pytest.raises(ValueError, match="past its range"):
+        lookup.first(people.acme.pk, 1 << 63)
     # A UUID also written without its dashes is in another form.
     with pytest.raises(ValueError, match="in another form"):
         Lookup(lambda tenant: Agent.objects.filter(Q(tenant_id=tenant) | Q(name=tenant.hex)), uuid.UUID
@@ -236,10 +244,18 @@ def test_rows_refuse_what_is_not_a_queryset_of_values():
                   lambda name: User.objects.filter(username=name).values_list("pk").distinct()):
         with pytest.raises(ValueError, match="values_list"):
             Rows(build, str).all("bruno")
-    # A union with a part that can match nothing: Django would leave the part out.
+    # A union with a part that can match nothing, at any depth: Django would leave the part out.
     with pytest.raises(ValueError, match="EmptyResultSet"):
         Rows(lambda name: User.objects.filter(username=name).values_list("pk").union(
             User.objects.filter(pk__in=[]).values_list("pk")), str).all("bruno")
+    with pytest.raises(ValueError, match="EmptyResultSet"):
+        Rows(lambda name: User.objects.filter(username=name).values_list("pk").union(
+            User.objects.filter(email=name).values_list("pk").union(User.objects.filter(pk__in=[]).values_list("pk"))),
+            str).all("bruno")
+    # A distinct part of a union, too.
+    with pytest.raises(ValueError, match="values_list"):
+        Rows(lambda name: User.objects.filter(username=name).values_list("pk").union(
+            User.objects.filter(email=name).values_list("pk").distinct()), str).all("bruno")
 
 
 @pytest.mark.django_db

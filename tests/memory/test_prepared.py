@@ -363,7 +363,7 @@ def _plan(sql: str, params: list, avoid: tuple[str, ...] = ("sort", "seqscan")) 
 
 def _judgement_sent(writer: write.Writer, text: str, vector: list[float]) -> tuple[Any, list]:
     """The judgement's statement for `writer`, `text` and `vector`, as this
-    connection compiled it, and its parameters as they are sent."""
+    connection compiled it, and its parameters with the values in place."""
     from pgvector import Vector
 
     for fact in ("My manager is Dana.", "The deploy window is Thursday evening."):
@@ -382,9 +382,12 @@ def _judgement_sent(writer: write.Writer, text: str, vector: list[float]) -> tup
 
 def test_a_writes_neighbours_are_found_in_the_writers_vectors_alone(people):
     """The nearest are found by their ids and vectors, which the writer's
-    covering index holds: a plan may read them by an index-only scan (the
-    planner here kept from every other way), for a person and for an agent;
-    the rows themselves are read for those few only."""
+    covering index holds: a plan reading them by an index-only scan exists,
+    for a person and for an agent, and the rows themselves are read for those
+    few only. (With every way of scanning a table penalised alike, as these
+    settings do on PostgreSQL 16, the cheapest is taken: were the rows' own
+    values read with them, no index-only scan could be. On the benchmark's
+    database the planner takes it unprompted: docs/benchmarks.md.)"""
     text = "My manager is Ezra."
     vector = get_embedder().embed([text])[0]
     for writer, index in ((write.Writer(tenant=people.acme, user=people.bruno), "fragment_live_user_vectors"),
@@ -424,4 +427,5 @@ def test_a_writes_neighbours_are_read_exactly_never_from_the_hnsw_graph(people):
     assert "fragment_embedding_hnsw" in nearest(CosineDistance("embedding", vector))
     guarded = nearest(write._Unindexed(CosineDistance("embedding", vector)))
     assert "Sort" in guarded and "fragment_embedding_hnsw" not in guarded, guarded
-    assert "<=>" in compiled.sql and " + 0)" in compiled.sql
+    # Both the nearest's choice (the ids) and their order after are by the guarded distance.
+    assert compiled.sql.count("<=>") == compiled.sql.count(" + 0)") == 2

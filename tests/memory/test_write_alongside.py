@@ -1,12 +1,14 @@
 """A person's write embeds its facts on a thread of its own while its key is
 claimed and its writer's lock is taken (write.write_draft, of
 memoryhub.services.alongside), where the encoder leaves the process a core:
-the same outcomes, statements and stored vectors as embedding at once; a
-retry's answer waits for no embedding; an embedder failing on its thread
-leaves the fact to enrichment, as at once."""
+the same outcomes, statements and stored vectors as embedding at once; only
+what the policy keeps is embedded, as the lock reads it; a retry's answer
+waits for no embedding; an embedder failing on its thread leaves the fact to
+enrichment, as at once."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import uuid
@@ -20,6 +22,7 @@ from memoryhub.errors import NotFound
 from memoryhub.models import Fragment, Proposal, Tenant
 from memoryhub.services import alongside, enrichment, proposals, write
 from memoryhub.services.fragments import fragment_write
+from tests.memory.conftest import stuck_encoder
 
 WAIT_SECONDS = 30
 
@@ -119,25 +122,45 @@ def test_an_approved_proposal_is_embedded_while_the_writers_lock_is_taken(people
     assert stored.owner_agent == people.triage_bot.agent and stored.embedding is not None
 
 
-def test_a_retry_answers_without_waiting_for_an_embedding(people, monkeypatch):
-    monkeypatch.setattr(alongside, "embeds_alongside", lambda: True)
+@pytest.mark.parametrize("way", [True, False])
+def test_a_retry_answers_without_waiting_for_an_embedding(people, monkeypatch, way):
+    """Alongside, a retry's embedding may be under way: its answer does not
+    wait for it. At once, a retry embeds nothing: nothing is embedded before
+    the policy has kept a fact."""
+    monkeypatch.setattr(alongside, "embeds_alongside", lambda: way)
     bruno = people.caller(people.bruno)
     first = fragment_write(caller=bruno, content="The release train leaves on Tuesdays.", idempotency_key="k1")
-    released, finished = threading.Event(), threading.Event()
-    real = write._embed
-
-    def stuck(texts):
-        released.wait(WAIT_SECONDS)
-        finished.set()
-        return real(texts)
-
-    monkeypatch.setattr(write, "_embed", stuck)
-    try:
+    with stuck_encoder(monkeypatch, write, WAIT_SECONDS) as finished:
         again = fragment_write(caller=bruno, content="The release train leaves on Tuesdays.", idempotency_key="k1")
-        assert not finished.is_set()  # answered while the encoder still ran
-    finally:
-        released.set()
+        assert not finished.is_set()  # answered while the encoder still ran, or without it
     assert again == first
+
+
+def test_only_what_the_policy_keeps_is_embedded_as_the_lock_reads_it(people, monkeypatch):
+    """The draft begins embedding what the workspace's policy keeps as the
+    caller was read; the policy read under the writer's lock decides: a fact
+    it keeps that was not begun is embedded then, one it drops is neither
+    judged nor stored."""
+    monkeypatch.setattr(alongside, "embeds_alongside", lambda: True)
+    embedded: list[list[str]] = []
+    real = write._embed
+    monkeypatch.setattr(write, "_embed", lambda texts: embedded.append(list(texts)) or real(texts))
+    Tenant.objects.filter(pk=people.acme.pk).update(write_policy="blocklist", blocked_terms=["Project Falcon"])
+    bruno = people.caller(people.bruno)
+    content = "Project Falcon launches in May. Lunch is at noon. My password is hunter2-Secret!"
+    outcome = fragment_write(caller=bruno, content=content)
+    assert [r.operation for r in outcome.results] == ["dropped", "stored", "dropped"]
+    assert embedded == [["Lunch is at noon."]]  # neither the refused fact nor the secret
+
+    # The policy changed after the caller was read: the lock's reading decides.
+    embedded.clear()
+    Tenant.objects.filter(pk=people.acme.pk).update(blocked_terms=["Lunch"])
+    outcome = fragment_write(caller=bruno, content="Project Falcon launches in May. Lunch is at one.")
+    assert [(r.operation, r.reason) for r in outcome.results] == [("stored", None), ("dropped", "policy_drop")]
+    assert embedded == [["Lunch is at one."], ["Project Falcon launches in May."]]
+    stored = Fragment.objects.get(pk=outcome.results[0].fragment_id)
+    assert stored.embedding is not None
+    assert list(stored.embedding) == pytest.approx(real(["Project Falcon launches in May."])[0], abs=1e-6)
 
 
 def test_an_embedder_failing_on_its_thread_leaves_the_fact_to_enrichment(people, monkeypatch,
@@ -152,18 +175,34 @@ def test_an_embedder_failing_on_its_thread_leaves_the_fact_to_enrichment(people,
         def embed(self, texts):
             raise RuntimeError("embedder down")
 
+    class Threads(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.ERROR)
+            self.names: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.names.append(record.threadName)
+
+    threads = Threads()
+    write.logger.addHandler(threads)
     monkeypatch.setattr(write, "get_embedder", Broken)
-    with django_capture_on_commit_callbacks(execute=True):
-        outcome = fragment_write(caller=people.caller(people.bruno), content="Our office closes at 7pm.")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            outcome = fragment_write(caller=people.caller(people.bruno), content="Our office closes at 7pm.")
+    finally:
+        write.logger.removeHandler(threads)
     assert outcome.results[0].operation == "stored"
     assert sent == [(enrichment.ENRICH_TASK, [[outcome.results[0].fragment_id]])]
     assert Fragment.objects.get(pk=outcome.results[0].fragment_id).embedding is None
+    # It failed on the embedding's own thread.
+    assert len(threads.names) == 1 and threads.names[0].startswith("memoryhub-embed"), threads.names
 
 
 @pytest.mark.parametrize("way", [True, False])
 def test_a_write_that_fails_before_it_waits_begins_no_embedding(people, monkeypatch, way):
     """A workspace gone: the lock's statement refuses the write. Alongside, the
-    embedding not yet begun (the pool's one thread is held here) never begins."""
+    embedding not yet begun (the pool's one thread is held here) never
+    begins; at once, nothing is embedded before the policy has kept a fact."""
     monkeypatch.setattr(alongside, "embeds_alongside", lambda: way)
     pool = ThreadPoolExecutor(max_workers=1)
     monkeypatch.setattr(alongside, "_pool", pool)
@@ -180,4 +219,4 @@ def test_a_write_that_fails_before_it_waits_begins_no_embedding(people, monkeypa
         hold.set()
         blocker.result(timeout=WAIT_SECONDS)
         pool.shutdown(wait=True)  # whatever was queued has run
-    assert embedded == ([] if way else [["Lunch is at noon."]])
+    assert embedded == []
