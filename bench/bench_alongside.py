@@ -6,7 +6,7 @@
 On search_bench.py's corpora (which it builds; run it first). A search embeds its
 query on a thread of its own, while its first statement runs and both pools'
 statement is compiled, when the encoder leaves the process a core
-(memoryhub.services.search.Embedding, memoryhub.services.alongside.embeds_alongside); otherwise at once, before
+(memoryhub.services.search.Embedding, embeds_alongside); otherwise at once, before
 any statement. For each encoder, on one thread (as each of a server's workers, one
 per core, encodes) and on every core this process may use, every search runs both
 ways, the order alternating from one query to the next, and the answers are
@@ -39,16 +39,15 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
 
 def run_with(readers: list, queries: list[str], threads: int) -> dict:  # type: ignore[type-arg]
     from memoryhub import embeddings
-    from memoryhub.services import alongside as alongside_module
     from memoryhub.services import search
 
     before = embeddings._singleton
     embeddings._singleton = embeddings.MiniLMOnnxEmbedder(threads=threads)
-    decided = alongside_module.embeds_alongside
+    decided = search.embeds_alongside
 
     def way(caller, query: str) -> Callable[[bool], list]:  # type: ignore[no-untyped-def]
         def read(alongside: bool) -> list:
-            alongside_module.embeds_alongside = lambda: alongside  # type: ignore[assignment]
+            search.embeds_alongside = lambda: alongside  # type: ignore[assignment]
             return [(str(hit.fragment.pk), hit.score) for hit in search.fragments_search(caller=caller,
                                                                                          query=query).hits]
         return read
@@ -61,7 +60,7 @@ def run_with(readers: list, queries: list[str], threads: int) -> dict:  # type: 
         return {"encoder_threads": threads, "embeds_alongside_by_default": decided(),
                 **alternated(work, names=("alongside", "at_once"))}
     finally:
-        alongside_module.embeds_alongside = decided  # type: ignore[assignment]
+        search.embeds_alongside = decided  # type: ignore[assignment]
         embeddings._singleton = before
 
 

@@ -35,7 +35,7 @@ from memoryhub.services.arguments import checked_text, uuid_or_none
 from memoryhub.services.paging import Page, keyset_page
 from memoryhub.services.proposals import proposal_park
 from memoryhub.services.provenance import DocumentRef, provenance_for
-from memoryhub.services.write import WriteOutcome, Writer, pipeline_run, write_draft
+from memoryhub.services.write import WriteOutcome, Writer, pipeline_run
 
 IDEMPOTENCY_WINDOW = dt.timedelta(hours=24)
 
@@ -72,31 +72,23 @@ def fragment_write(
         else f"payload:{payload_hash}"
     )
     now = timezone.now()
-    # A person's facts are embedded while the key is claimed and the lock taken,
-    # where the encoder leaves the process a core (write_draft); an agent's
-    # proposal is embedded when it is approved.
-    draft = write_draft(content, caller.tenant) if caller.agent is None else None
-    try:
-        with transaction.atomic():
-            record, first_answer = _claim_key(
-                tenant=caller.tenant, principal=caller.principal_key, key=key, payload_hash=payload_hash, now=now
+
+    with transaction.atomic():
+        record, first_answer = _claim_key(
+            tenant=caller.tenant, principal=caller.principal_key, key=key, payload_hash=payload_hash, now=now
+        )
+        if first_answer is not None:
+            return first_answer
+        assert record is not None
+        if caller.agent is not None:
+            outcome = proposal_park(caller=caller, content=content, session_id=session_id, resource=resource, now=now)
+        else:
+            outcome = pipeline_run(
+                writer=Writer(tenant=caller.tenant, user=caller.user, client_id=caller.client_id),
+                content=content, session_id=session_id, resource=resource, now=now,
             )
-            if first_answer is not None:
-                return first_answer
-            assert record is not None
-            if draft is None:
-                outcome = proposal_park(caller=caller, content=content, session_id=session_id, resource=resource,
-                                        now=now)
-            else:
-                outcome = pipeline_run(
-                    writer=Writer(tenant=caller.tenant, user=caller.user, client_id=caller.client_id),
-                    content=content, session_id=session_id, resource=resource, now=now, draft=draft,
-                )
-            record.response = outcome.as_record()
-            record.save(update_fields=["response"])
-    finally:
-        if draft is not None:
-            draft.cancel()
+        record.response = outcome.as_record()
+        record.save(update_fields=["response"])
     return outcome
 
 

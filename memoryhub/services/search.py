@@ -33,6 +33,7 @@ the pages as HTML).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import functools
 import hashlib
@@ -40,12 +41,14 @@ import inspect
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
 import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
@@ -64,7 +67,7 @@ from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.database import prepared
 from memoryhub.database.lookups import marker_elsewhere, marker_places
-from memoryhub.embeddings import embedder_class, get_embedder
+from memoryhub.embeddings import embedder_class, get_embedder, leaves_a_core
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import (
     TEXT_SEARCH_CONFIG,
@@ -80,7 +83,7 @@ from memoryhub.models import (
     new_receipt_id,
 )
 from memoryhub.observability import ENFORCEMENT_ALARMS, phase
-from memoryhub.services import alongside, receipt_chain
+from memoryhub.services import receipt_chain
 from memoryhub.services.arguments import checked_instant, checked_int, checked_strings, checked_text
 from memoryhub.services.provenance import NOT_GROUNDED, Provenance, provenance_for
 
@@ -745,22 +748,86 @@ def search_warm_up() -> None:
         logger.exception("the encoder failed to start; searches answer from full-text search alone until it works")
 
 
-class Embedding(alongside.Embedding):
-    """A search's texts being embedded (_embedded) alongside its first
-    statement and the compiling of its index statement, where the encoder
-    leaves the process a core (memoryhub.services.alongside). The search waits
-    for it where a statement needs the vector (index_queries), no longer than
-    its deadline. None from `vectors`: the embedder failed, and the read is
-    lexical."""
+_POOL_LOCK = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
 
-    waiting = "embedding_wait"
+
+def _embedding_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _POOL_LOCK:
+        if _pool is None:
+            # As many threads as asgiref's and Python's own default pools: one
+            # for each search a process runs at once, up to a point.
+            _pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4),
+                                       thread_name_prefix="memoryhub-embed")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are not its own."""
+    global _pool, _POOL_LOCK
+    _pool, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def embeds_alongside() -> bool:
+    """Whether a search embeds its query on a thread of its own (Embedding):
+    only when the encoder leaves this process a core for the rest of the
+    search. A server's worker (one per core) encodes on one thread, and there
+    it saved 2.2 ms a search at 10k and 2.6 at 100k; with an encoder on every
+    core it gained nothing (+0.4 and -0.2 ms; bench/bench_alongside.py,
+    docs/benchmarks.md, "eighth step")."""
+    try:
+        return leaves_a_core(get_embedder())
+    except Exception:  # noqa: BLE001 - an embedder that cannot be made is _embed's to report
+        return False
+
+
+class Embedding:
+    """A search's texts being embedded (_embed), when embeds_alongside() on a
+    thread of its own, so the search's first statement and the compiling of
+    its index statement go on meanwhile (the encoder releases Python's lock
+    while it runs); otherwise at once. The search waits for it where a
+    statement needs the vector (index_queries), no longer than its deadline.
+    None from `vectors`: the embedder failed, and the read is lexical. (An
+    embedder touches no database: the thread has no connection of its own.)"""
 
     def __init__(self, texts: list[str]) -> None:
-        super().__init__(texts, _embedded)
+        self._future: Future[list[list[float]] | None]
+        if embeds_alongside():
+            try:
+                # The request's context goes with it, for the logs of a failure.
+                self._future = _embedding_pool().submit(contextvars.copy_context().run, _embedded, texts)
+                return
+            except RuntimeError:  # the interpreter is shutting down: the pool takes no more work
+                pass
+        self._future = Future()
+        self._future.set_result(_embedded(texts))
+
+    def failed(self) -> bool:
+        """Finished without vectors: a statement that would compare with one is not worth compiling."""
+        return self._future.done() and self._future.result() is None
+
+    def vectors(self, deadline: Deadline | None = None) -> list[list[float]] | None:
+        """The vectors, waited for until `deadline` at most (DeadlineExceeded)."""
+        if not self._future.done():
+            with phase("embedding_wait"):
+                try:
+                    return self._future.result(timeout=deadline.remaining() if deadline is not None else None)
+                except TimeoutError:
+                    assert deadline is not None
+                    raise deadline.exceeded() from None
+        return self._future.result()
 
     def query_vector(self, deadline: Deadline | None = None) -> list[float] | None:
         vectors = self.vectors(deadline)
         return vectors[0] if vectors else None
+
+    def cancel(self) -> None:
+        self._future.cancel()
 
 
 class QueryVector(Vector):

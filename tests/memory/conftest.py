@@ -13,11 +13,8 @@ Who plays what here:
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import threading
-from collections.abc import Callable, Iterator
-from types import ModuleType
+from collections.abc import Callable
 
 import pytest
 from django.utils import timezone
@@ -60,24 +57,3 @@ def private_fragment(caller: Caller, value: str, *, embed: bool = True, recorded
     if caller.agent is not None:
         fragment.agents.add(caller.agent)
     return fragment
-
-
-@contextlib.contextmanager
-def stuck_encoder(monkeypatch: pytest.MonkeyPatch, module: ModuleType,
-                  seconds: float = 30) -> Iterator[threading.Event]:
-    """`module._embed` held until the block ends (no longer than `seconds`),
-    then run: yields the event it sets once it has finished, so a test can
-    tell that what it did inside went on without it."""
-    released, finished = threading.Event(), threading.Event()
-    real = module._embed
-
-    def stuck(texts: list[str]) -> list[list[float]] | None:
-        released.wait(seconds)
-        finished.set()
-        return real(texts)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(module, "_embed", stuck)
-    try:
-        yield finished
-    finally:
-        released.set()

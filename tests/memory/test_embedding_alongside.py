@@ -1,6 +1,5 @@
 """A search's query embedded on a thread of its own while its first statement
-runs and its index statement is compiled (search.Embedding, of
-memoryhub.services.alongside), where the
+runs and its index statement is compiled (search.Embedding), where the
 encoder leaves the process a core: the same reads, the same statements, the
 vector put where the statement compiled before it expects it."""
 
@@ -25,11 +24,10 @@ from memoryhub import access, embeddings
 from memoryhub.errors import DeadlineExceeded
 from memoryhub.models import Receipt, Tenant
 from memoryhub.observability import REQUEST_ID, JsonFormatter
-from memoryhub.services import alongside as alongside_module
 from memoryhub.services import search
 from memoryhub.services.receipts import receipt_replay
 from memoryhub.services.search import fragments_search
-from tests.memory.conftest import private_fragment, stuck_encoder
+from tests.memory.conftest import private_fragment
 
 # Long enough for a loaded CI machine; a search that embeds at once never reaches it.
 WAIT_SECONDS = 30
@@ -49,7 +47,7 @@ def bruno(people):
 
 @pytest.fixture
 def alongside(monkeypatch):
-    monkeypatch.setattr(alongside_module, "embeds_alongside", lambda: True)
+    monkeypatch.setattr(search, "embeds_alongside", lambda: True)
 
 
 def _read(result) -> dict:
@@ -77,7 +75,7 @@ def _both_ways(monkeypatch, search_once) -> tuple[dict, dict, list[str], list[st
     """The same search embedded alongside and at once: each read, and the statements each sent."""
     answers, statements = [], []
     for way in (True, False):
-        monkeypatch.setattr(alongside_module, "embeds_alongside", lambda way=way: way)
+        monkeypatch.setattr(search, "embeds_alongside", lambda way=way: way)
         with CaptureQueriesContext(connection) as captured:
             answers.append(_read(search_once()))
         statements.append(_statements(captured))
@@ -100,17 +98,17 @@ def test_a_search_embeds_alongside_only_when_the_encoder_leaves_a_core(monkeypat
     # The product's encoder says what it takes: a server's worker on its one core of two encodes on one thread.
     monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", "1")
     monkeypatch.setattr(embeddings, "usable_cores", lambda: 2)
-    monkeypatch.setattr(alongside_module, "get_embedder", lambda: embeddings.MiniLMOnnxEmbedder())
-    assert alongside_module.embeds_alongside()
+    monkeypatch.setattr(search, "get_embedder", lambda: embeddings.MiniLMOnnxEmbedder())
+    assert search.embeds_alongside()
     monkeypatch.setenv("MEMORYHUB_CORES_PER_PROCESS", "2")
-    assert not alongside_module.embeds_alongside()
+    assert not search.embeds_alongside()
 
     def broken():
         raise RuntimeError("no model")
 
     # An embedder that cannot be made embeds at once, and _embed reports it (the read is lexical).
-    monkeypatch.setattr(alongside_module, "get_embedder", broken)
-    assert not alongside_module.embeds_alongside()
+    monkeypatch.setattr(search, "get_embedder", broken)
+    assert not search.embeds_alongside()
 
 
 def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, shared_fragment, monkeypatch):
@@ -161,7 +159,7 @@ def test_embedding_alongside_reads_what_embedding_at_once_reads(people, bruno, s
     taken = Receipt.objects.order_by("-created_at").values_list("pk", flat=True).first()
     replays = []
     for way in (True, False):
-        monkeypatch.setattr(alongside_module, "embeds_alongside", lambda way=way: way)
+        monkeypatch.setattr(search, "embeds_alongside", lambda way=way: way)
         replays.append(receipt_replay(caller=bruno, receipt_id=taken).served_now)
     assert replays[0] == replays[1] and replays[0]
 
@@ -191,12 +189,23 @@ def test_every_ranking_reads_the_same_either_way(bruno, shared_fragment, monkeyp
 def test_a_read_waits_for_its_embedding_no_longer_than_its_deadline(bruno, alongside, monkeypatch, settings):
     private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
     settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS = 0.5
+    released, finished = threading.Event(), threading.Event()
+    real = search._embed
+
+    def stuck(texts):
+        released.wait(WAIT_SECONDS)
+        finished.set()
+        return real(texts)
+
+    monkeypatch.setattr(search, "_embed", stuck)
     receipts = Receipt.objects.count()
-    with stuck_encoder(monkeypatch, search, WAIT_SECONDS) as finished:
+    try:
         with pytest.raises(DeadlineExceeded) as caught:
             fragments_search(caller=bruno, query="where is the VPN config?")
         # Told while the encoder still runs: the read did not wait for it.
         assert not finished.is_set()
+    finally:
+        released.set()
     assert "0.5 s deadline" in caught.value.message
     assert Receipt.objects.count() == receipts
 
@@ -293,13 +302,13 @@ def test_an_embedding_that_fails_on_its_thread_is_logged_with_the_request(bruno,
 def test_a_forked_process_embeds_on_threads_of_its_own():
     """A process forked after searching (a Celery worker's prefork pool, say) does not wait on its parent's
     threads: the pool's state it inherits would have it queue work for a thread that is not there."""
-    assert alongside_module._embedding_pool().submit(lambda: "parent").result(timeout=WAIT_SECONDS) == "parent"
+    assert search._embedding_pool().submit(lambda: "parent").result(timeout=WAIT_SECONDS) == "parent"
     child = os.fork()
     if child == 0:  # pragma: no cover - the child's own exit code is the assertion
         try:
-            if alongside_module._pool is not None:
+            if search._pool is not None:
                 os._exit(3)  # the parent's pool, whose threads are not here
-            answer = alongside_module._embedding_pool().submit(lambda: "child").result(timeout=WAIT_SECONDS)
+            answer = search._embedding_pool().submit(lambda: "child").result(timeout=WAIT_SECONDS)
             os._exit(0 if answer == "child" else 1)
         except BaseException:  # noqa: BLE001
             os._exit(2)
