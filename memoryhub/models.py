@@ -24,7 +24,7 @@ from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
 # The writers' vector indexes (Fragment.Meta) hold each vector in a btree
-# row, whose limit (2,704 bytes) a vector of more than about 670 dimensions
+# row, whose limit (2,704 bytes) a vector of more than about 660 dimensions
 # would pass: an embedder that large needs those indexes rethought.
 EMBEDDING_DIMENSIONS = 384
 # The text search configuration the tsvector and every tsquery use.
@@ -419,7 +419,7 @@ class Fragment(models.Model):
                          condition=Q(owner_agent__isnull=False)),
             # A write's judgement finds the writer's nearest facts by their ids
             # and vectors alone, from these (an index-only scan): a writer's
-            # live vectors, each held again here (about 1.5 KB a fact).
+            # live vectors, each held again here (about 1.6 KB an entry).
             models.Index(name="fragment_live_user_vectors", fields=["tenant", "owner_user"],
                          include=["id", "embedding"],
                          condition=Q(retired_at__isnull=True, owner_user__isnull=False, embedding__isnull=False)),

@@ -66,20 +66,28 @@ def marker_places(params: Sequence[Any], marker: Any) -> list[int]:
 
 
 def marker_elsewhere(sql: str, params: Sequence[Any], marker: Any) -> bool:
-    """Whether `marker` is also in the SQL, or in another parameter: in
-    another form (written inside a str, in any case, a UUID's also without
-    its dashes; or an equal value that is not the very object, such as an int
-    Django wrapped in the integer type of its column, or made a float)."""
+    """Whether `marker` is also in the SQL, or in another parameter, or inside
+    one (a list, a dict, a JSON value psycopg wraps): in another form (written
+    inside a str, in any case, a UUID's also without its dashes; or an equal
+    value that is not the very object, such as an int Django wrapped in the
+    integer type of its column, or made a float)."""
     forms = [str(marker).casefold(), *([marker.hex] if isinstance(marker, uuid.UUID) else [])]
-    for param in params:
-        if param is marker:
-            continue
-        if isinstance(param, str) and any(form in param.casefold() for form in forms):
-            return True
-        if (isinstance(marker, numbers.Number | uuid.UUID) and not isinstance(param, bool | str)
-                and isinstance(param, numbers.Number | uuid.UUID) and param == marker):
-            return True
-    return any(form in sql.casefold() for form in forms)
+
+    def holds(value: Any) -> bool:
+        if value is marker:
+            return False
+        if isinstance(value, str):
+            return any(form in value.casefold() for form in forms)
+        if isinstance(value, list | tuple | set | frozenset):
+            return any(item is marker or holds(item) for item in value)
+        if isinstance(value, dict):
+            return any(holds(key) or item is marker or holds(item) for key, item in value.items())
+        if hasattr(value, "obj") and not isinstance(value, numbers.Number | uuid.UUID):  # psycopg's Json, Jsonb
+            return value.obj is marker or holds(value.obj)
+        return (isinstance(marker, numbers.Number | uuid.UUID) and not isinstance(value, bool)
+                and isinstance(value, numbers.Number | uuid.UUID) and value == marker)
+
+    return any(holds(param) for param in params) or any(form in sql.casefold() for form in forms)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,10 @@ class AddIndexAnew(AddIndexConcurrently):
     so this runs again)."""
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):  # type: ignore[no-untyped-def]
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.index.name)}")
+        self._ensure_not_in_transaction(schema_editor)
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.index.name)}")
         super().database_forwards(app_label, schema_editor, from_state, to_state)
 
 

@@ -423,8 +423,8 @@ def _judgement(owner_field: str, subject: bool, vector: bool) -> Rows:
             # The nearest found by their ids and vectors alone, which the
             # writer's covering index holds (fragment_live_user_vectors,
             # fragment_live_agent_vectors): an index-only scan, where reading
-            # each row's vector from the table took most of the judgement. Then
-            # their values, and the distance again, for those few.
+            # each row's vector from the table had been most of the statement's
+            # execution. Then their values, and the distance again, for those few.
             vector_text = next(given)
             nearest = (live.filter(embedding__isnull=False)
                        .annotate(distance=_Unindexed(CosineDistance("embedding", Value(vector_text))))

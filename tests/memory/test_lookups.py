@@ -20,7 +20,7 @@ from oauth2_provider.models import AccessToken
 
 from memoryhub import access
 from memoryhub.database.lookups import Lookup, Rows
-from memoryhub.models import Agent, Fragment, User
+from memoryhub.models import Agent, Fragment, Tenant, User
 from memoryhub.oauth import tokens
 from memoryhub.oauth.policy import MCP_PATH, resource_url
 from tests.support.rows import field_values
@@ -191,6 +191,9 @@ def test_a_key_is_a_value_as_an_automatic_primary_keys_own(people):
         Lookup(lambda key: Fragment.objects.filter(Q(owner_user=key) | Q(confidence=key)), int).first(3)
     with pytest.raises(ValueError, match="in another form"):
         Lookup(lambda name: User.objects.filter(Q(username=name) | Q(email=name.upper())), str).first("bruno")
+    # A value also inside another parameter (a JSON value's list) is in another form.
+    with pytest.raises(ValueError, match="in another form"):
+        Lookup(lambda slug: Tenant.objects.filter(Q(slug=slug) | Q(blocked_terms__contains=[slug])), str).first("acme")
     # A key past a bigint's range is refused, not sent.
     with pytest.raises(ValueError, match="past its range"):
         lookup.first(people.acme.pk, 1 << 63)

@@ -305,8 +305,11 @@ def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the
     bot = write.Writer(tenant=people.acme, agent=people.triage_bot.agent)
     others = [write.Writer(tenant=people.acme, user=people.ada), write.Writer(tenant=people.globex, user=people.olga),
               write.Writer(tenant=people.globex, agent=people.globex_bot.agent)]
+    # More live facts than the neighbours the judgement reads: which five it reads is a choice.
     facts = ["My manager is Dana.", "The deploy window is Thursday evening.", "Our deploys go out on Thursdays.",
-             "The office plants need water.", "My manager is Ezra now.", "The deploy window moved to Friday."]
+             "The office plants need water.", "My manager is Ezra now.", "The deploy window moved to Friday.",
+             "The coffee machine is on the third floor.", "Standup is at half past nine every weekday.",
+             "The VPN config lives in the ops vault.", "Payroll questions go to Hannah in finance."]
     for writer in (bruno, bot, *others):
         for fact in facts:
             write.pipeline_run(writer=writer, content=fact)
@@ -338,6 +341,8 @@ def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the
                     expected[write._NEIGHBOUR] = list(
                         live.filter(embedding__isnull=False).annotate(distance=CosineDistance("embedding", vector))
                         .order_by("distance", "pk").values_list("pk", flat=True)[:write.NEIGHBOURS])
+                if vector is not None:
+                    assert live.filter(embedding__isnull=False).count() > write.NEIGHBOURS
                 got = {kind: [pk for pk, _, _ in rows] for kind, rows in _judged(writer, text, vector).items()}
                 assert got == {kind: pks for kind, pks in expected.items() if pks}, (writer, text, vector)
                 read = {pk for pks in got.values() for pk in pks}
