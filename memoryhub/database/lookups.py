@@ -74,18 +74,23 @@ def marker_elsewhere(sql: str, params: Sequence[Any], marker: Any) -> bool:
     forms = [str(marker).casefold(), *([marker.hex] if isinstance(marker, uuid.UUID) else [])]
 
     def holds(value: Any) -> bool:
+        """`value` (not the marker's own place) holds the marker in another form."""
         if value is marker:
             return False
         if isinstance(value, str):
             return any(form in value.casefold() for form in forms)
-        if isinstance(value, list | tuple | set | frozenset):
-            return any(item is marker or holds(item) for item in value)
         if isinstance(value, dict):
-            return any(holds(key) or item is marker or holds(item) for key, item in value.items())
+            return any(within(item) for pair in value.items() for item in pair)
+        if isinstance(value, list | tuple | set | frozenset):
+            return any(within(item) for item in value)
         if hasattr(value, "obj") and not isinstance(value, numbers.Number | uuid.UUID):  # psycopg's Json, Jsonb
-            return value.obj is marker or holds(value.obj)
+            return within(value.obj)
         return (isinstance(marker, numbers.Number | uuid.UUID) and not isinstance(value, bool)
                 and isinstance(value, numbers.Number | uuid.UUID) and value == marker)
+
+    def within(item: Any) -> bool:
+        """Inside another value, even the very marker is another form of it."""
+        return item is marker or holds(item)
 
     return any(holds(param) for param in params) or any(form in sql.casefold() for form in forms)
 
@@ -122,10 +127,10 @@ class _Statement:
         for kind in kinds:
             _marker(kind)  # an unsupported type fails here, when the statement is written
 
-    def _run(self, values: Sequence[Any], using: str | None, rows: int | None) -> tuple[Compiled, list[tuple]]:
-        """The statement run with `values` on `using` (the default database
-        unless named): what it compiled to, and its rows, the first `rows` of
-        them (all when None), converted."""
+    def sent(self, *values: Any, using: str | None = None) -> tuple[Compiled, list[Any]]:
+        """What a run with `values` on `using` (the default database unless
+        named) sends: the statement as that connection compiled it, and its
+        parameters with the values in their places."""
         if len(values) != len(self._kinds):
             raise TypeError(f"this lookup takes {len(self._kinds)} values, not {len(values)}")
         for value, kind in zip(values, self._kinds, strict=True):
@@ -148,7 +153,14 @@ class _Statement:
             sent = Int8(value) if type(value) is int else value
             for place in places:
                 params[place] = sent
-        with prepared(alias), wrapper.cursor() as cursor:
+        return compiled, params
+
+    def _run(self, values: Sequence[Any], using: str | None, rows: int | None) -> tuple[Compiled, list[tuple]]:
+        """The statement run with `values` on `using`: what it compiled to,
+        and its rows, the first `rows` of them (all when None), converted."""
+        compiled, params = self.sent(*values, using=using)
+        alias = using or DEFAULT_DB_ALIAS
+        with prepared(alias), connections[alias].cursor() as cursor:
             cursor.execute(compiled.sql, params)
             fetched = cursor.fetchall() if rows is None else cursor.fetchmany(rows)
         if compiled.converters and fetched:

@@ -227,11 +227,15 @@ class Writer:
     client_id: str = ""
 
     def live_private(self) -> QuerySet[Fragment]:
-        return live_private(self.tenant.pk, self.owner_field, (self.user or self.agent).pk)  # type: ignore[union-attr]
+        return live_private(self.tenant.pk, self.owner_field, self.owner_id)
 
     @property
     def owner_field(self) -> str:
         return "owner_user" if self.user is not None else "owner_agent"
+
+    @property
+    def owner_id(self) -> int:
+        return (self.user or self.agent).pk  # type: ignore[union-attr]
 
     def hold(self) -> None:
         """Take this writer's lock until the transaction ends, and read the
@@ -255,7 +259,7 @@ class Writer:
 
     @property
     def lock_key(self) -> int:
-        return lock_key(self.tenant.pk, "user" if self.user else "agent", (self.user or self.agent).pk)  # type: ignore[union-attr]
+        return lock_key(self.tenant.pk, "user" if self.user else "agent", self.owner_id)
 
 
 def _embed(texts: list[str]) -> list[list[float]] | None:
@@ -371,19 +375,25 @@ def _judged_rows(writer: Writer, text: str, vector: list[float] | None) -> dict[
     subject, and the NEIGHBOURS nearest by embedding (exact: ordered by distance,
     then id, over the writer's rows, never from the HNSW graph). Each row is a
     fragment with its id and value loaded, and `kind` and `distance` set."""
-    subject = subject_of(text)
-    values: list[Any] = [writer.tenant.pk, (writer.user or writer.agent).pk, fact_hash(text)]  # type: ignore[union-attr]
-    if subject:
-        values.append(subject)
-    if vector is not None:
-        values.append(Vector(vector).to_text())
-    fetched = _judgement(writer.owner_field, bool(subject), vector is not None).all(*values)
+    statement, values = judgement_for(writer, text, vector)
+    fetched = statement.all(*values)
     found: dict[int, list[Fragment]] = {}
     for pk, value, kind, distance in fetched:
         row = Fragment.from_db(connection.alias, ["id", "value"], [pk, value])
         row.kind, row.distance = kind, distance  # type: ignore[attr-defined]
         found.setdefault(kind, []).append(row)
     return found
+
+
+def judgement_for(writer: Writer, text: str, vector: list[float] | None) -> tuple[Rows, list[Any]]:
+    """The judgement's statement for `writer`, `text` and `vector`, and its values."""
+    subject = subject_of(text)
+    values: list[Any] = [writer.tenant.pk, writer.owner_id, fact_hash(text)]
+    if subject:
+        values.append(subject)
+    if vector is not None:
+        values.append(Vector(vector).to_text())
+    return _judgement(writer.owner_field, bool(subject), vector is not None), values
 
 
 class _Unindexed(Func):
@@ -425,13 +435,10 @@ def _judgement(owner_field: str, subject: bool, vector: bool) -> Rows:
             # fragment_live_agent_vectors): an index-only scan, where reading
             # each row's vector from the table had been most of the statement's
             # execution. Then their values, and the distance again, for those few.
-            vector_text = next(given)
-            nearest = (live.filter(embedding__isnull=False)
-                       .annotate(distance=_Unindexed(CosineDistance("embedding", Value(vector_text))))
+            distance = _Unindexed(CosineDistance("embedding", Value(next(given))))
+            nearest = (live.filter(embedding__isnull=False).annotate(distance=distance)
                        .order_by("distance", "id").values("id")[:NEIGHBOURS])
-            parts.append(live.filter(id__in=nearest)
-                         .annotate(kind=Value(_NEIGHBOUR),
-                                   distance=_Unindexed(CosineDistance("embedding", Value(vector_text))))
+            parts.append(live.filter(id__in=nearest).annotate(kind=Value(_NEIGHBOUR), distance=distance)
                          .order_by("distance", "id").values_list(*columns)[:NEIGHBOURS])
         first, *others = parts
         if not others:  # one part alone is no union: its own order stands

@@ -14,7 +14,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -368,21 +368,11 @@ def _plan(sql: str, params: list, avoid: tuple[str, ...] = ("sort", "seqscan")) 
 
 def _judgement_sent(writer: write.Writer, text: str, vector: list[float]) -> tuple[Any, list]:
     """The judgement's statement for `writer`, `text` and `vector`, as this
-    connection compiled it, and its parameters with the values in place."""
-    from pgvector import Vector
-
+    connection compiled it, and its parameters as a run sends them."""
     for fact in ("My manager is Dana.", "The deploy window is Thursday evening."):
         write.pipeline_run(writer=writer, content=fact)
-    write._judged_rows(writer, text, vector)  # compiled on this connection
-    statement = write._judgement(writer.owner_field, bool(write.subject_of(text)), True)
-    compiled = connections["default"].__dict__["compiled_lookups"][statement]
-    params = list(compiled.params)
-    values = [writer.tenant.pk, (writer.user or writer.agent).pk, write.fact_hash(text),  # type: ignore[union-attr]
-              *([write.subject_of(text)] if write.subject_of(text) else []), Vector(vector).to_text()]
-    for places, value in zip(compiled.places, values, strict=True):
-        for place in places:
-            params[place] = value
-    return compiled, params
+    statement, values = write.judgement_for(writer, text, vector)
+    return statement.sent(*values)
 
 
 def test_a_writes_neighbours_are_found_in_the_writers_vectors_alone(people):
