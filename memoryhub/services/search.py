@@ -50,12 +50,26 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import Case, DateTimeField, F, JSONField, Model, Q, QuerySet, Value, When, signals
+from django.db.models import (
+    BooleanField,
+    Case,
+    DateTimeField,
+    Expression,
+    F,
+    FloatField,
+    JSONField,
+    Model,
+    Q,
+    QuerySet,
+    Value,
+    When,
+    signals,
+)
 from django.db.models.base import ModelState
 from django.utils import timezone
 from pgvector import Vector
@@ -173,12 +187,13 @@ JUDGMENT_WEIGHT = 0.5
 ORDERING_CODE = (
     "candidate_pool", "QueryVector", "read_query_for", "query_lexemes", "_lexemes_sql", "_quoted", "_raw_lexemes",
     "tsquery_for",
-    "index_queries", "tallied_statistics", "_lexical_into", "_nearest", "vector_candidates", "lexical_scored",
+    "index_queries", "tallied_statistics", "_nearest_into", "_lexical_into", "_nearest", "nearest_rows",
+    "vector_candidates", "LexicalScores", "lexical_scored",
     "shares_statement", "index_predicate", "compiled_predicate", "_predicate_at_marker", "_compile_predicate",
     "CompiledPredicate", "bm25_statement", "BM25Statement", "_VectorSlot",
     "reader_totals_sql", "_reader_totals_statement", "_instant_places", "_reader_totals_compiled", "_lexical_rank",
     "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_converted_when",
-    "_Later", "_checked_rows",
+    "_Later", "_checked_rows", "_distance_where_missing",
     "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
     "_arrange", "is_hedged",
@@ -1107,27 +1122,23 @@ def index_queries(
     if wants_vector and shared:
         deadline.check()
         with phase("index_query"):
-            vector_ranked, ranked, scores = lexical_scored(predicate, read_query, pool, ranking,
-                                                           vector=read_query.vector, tallied=tallied,
-                                                           statement=statement)
-        for rank, pk in enumerate(vector_ranked):
-            found.setdefault(pk, Candidate()).vector_rank = rank
-        _lexical_into(found, ranked, scores)
+            answer = lexical_scored(predicate, read_query, pool, ranking, vector=read_query.vector, tallied=tallied,
+                                    statement=statement)
+        _nearest_into(found, [(pk, answer.distances[pk]) for pk in answer.pool])
+        _lexical_into(found, answer.ranked, answer.scores)
         return found, read_query
     if wants_vector and read_query.vector is not None:
         deadline.check()
         with phase("vector_query"):
-            ranked = vector_candidates(predicate, read_query.vector, pool)
-        for rank, pk in enumerate(ranked):
-            found.setdefault(pk, Candidate()).vector_rank = rank
+            nearest = nearest_rows(predicate, read_query.vector, pool)
+        _nearest_into(found, nearest)
     # Without a query vector (embedder down) full-text answers alone.
     if wants_lexical and read_query.tsquery is not None:
         deadline.check()
         with phase("lexical_query"):
             if ranking.lexical_ranker == "bm25":
-                _, ranked, scores = lexical_scored(predicate, read_query, pool, ranking, also=list(found),
-                                                   tallied=tallied)
-                _lexical_into(found, ranked, scores)
+                answer = lexical_scored(predicate, read_query, pool, ranking, also=list(found), tallied=tallied)
+                _lexical_into(found, answer.ranked, answer.scores)
             else:
                 ranked = lexical_candidates(predicate, read_query.tsquery, pool, ranking)
                 for rank, pk in enumerate(ranked):
@@ -1148,6 +1159,15 @@ def index_predicate(policy: ReadPolicy, read_query: ReadQuery, pool: int, rankin
     return compiled_predicate(policy, pool) if shares_statement(read_query, ranking) else index_filter(policy)
 
 
+def _nearest_into(found: dict[uuid.UUID, Candidate], nearest: Sequence[tuple[uuid.UUID, float]]) -> None:
+    """The vector pool into the candidates: each its rank and, from the
+    distance the index query computed to order it, its similarity (the row
+    check computes it only for the others)."""
+    for rank, (pk, distance) in enumerate(nearest):
+        candidate = found.setdefault(pk, Candidate())
+        candidate.vector_rank, candidate.vector_similarity = rank, 1.0 - distance
+
+
 def _lexical_into(found: dict[uuid.UUID, Candidate], ranked: list[uuid.UUID], scores: dict[uuid.UUID, float]) -> None:
     """BM25's answer into the candidates: every candidate its score (0 for one
     that does not match), the top matches their ranks."""
@@ -1165,8 +1185,13 @@ def _nearest(predicate, query_vector: Vector | list[float], k: int):  # type: ig
             .order_by("distance").values_list("pk", "distance")[:k])
 
 
+def nearest_rows(predicate, query_vector: Vector | list[float], k: int) -> list[tuple[uuid.UUID, float]]:  # type: ignore[no-untyped-def]
+    """The `k` nearest visible fragments in order, each with its cosine distance."""
+    return [(pk, float(distance)) for pk, distance in _planned_rows(*_sql(_nearest(predicate, query_vector, k)))]
+
+
 def vector_candidates(predicate, query_vector: Vector | list[float], k: int) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
-    return [pk for pk, _ in _planned_rows(*_sql(_nearest(predicate, query_vector, k)))]
+    return [pk for pk, _ in nearest_rows(predicate, query_vector, k)]
 
 
 def planner_settings() -> dict[str, str]:
@@ -1252,11 +1277,24 @@ def _sql(queryset) -> tuple[str, tuple]:  # type: ignore[no-untyped-def]
     return sql, tuple(params)
 
 
+class LexicalScores(NamedTuple):
+    """What BM25's statement answers (lexical_scored)."""
+
+    # The vector pool in order (empty without a vector).
+    pool: list[uuid.UUID]
+    # The top matches in order.
+    ranked: list[uuid.UUID]
+    # The BM25 score of every candidate that matches.
+    scores: dict[uuid.UUID, float]
+    # The vector pool's cosine distances, as the statement computed them to order it.
+    distances: dict[uuid.UUID, float]
+
+
 def lexical_scored(  # type: ignore[no-untyped-def]
     predicate, read_query: ReadQuery, k: int, ranking: Ranking, *, also: Sequence[uuid.UUID] = (),
     cap: int = LEXICAL_MATCH_CAP, vector: Vector | list[float] | None = None, tallied: Tallied | None = None,
     statement: BM25Statement | None = None,
-) -> tuple[list[uuid.UUID], list[uuid.UUID], dict[uuid.UUID, float]]:
+) -> LexicalScores:
     """Okapi BM25 over what this reader may see, in one statement
     (bm25_statement's; `statement`: that, compiled already for these
     arguments, with a vector pool when `vector` is given).
@@ -1280,26 +1318,32 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     nearest visible fragments, vector_candidates' query) and scores it as
     it scores `also`.
 
-    Returns the vector pool in order (empty without `vector`), the top `k`
-    matches (of the newest `cap` matches, ties by id) in order, and the
-    scores of those and of the fragments of the vector pool and of `also`
-    that match (scored whether or not they are among the newest `cap`).
+    Returns the vector pool in order (empty without `vector`) with each
+    one's distance, the top `k` matches (of the newest `cap` matches, ties by
+    id) in order, and the scores of those and of the fragments of the vector
+    pool and of `also` that match (scored whether or not they are among the
+    newest `cap`).
     """
     if vector is not None and also:
         raise ValueError("with `vector`, the vector pool is what is scored besides the matches")
     if not read_query.lexemes:
         if isinstance(predicate, CompiledPredicate):
             raise ValueError("a query with no lexemes has no BM25 statement to read a compiled predicate")
-        return (vector_candidates(predicate, vector, k) if vector is not None else []), [], {}
+        nearest = nearest_rows(predicate, vector, k) if vector is not None else []
+        return LexicalScores(pool=[pk for pk, _ in nearest], ranked=[], scores={}, distances=dict(nearest))
     if statement is None:
         statement = bm25_statement(predicate, read_query, k, ranking, also=also, cap=cap, vector=vector is not None,
                                    tallied=tallied)
     if (statement.slot is not None) != (vector is not None):
         raise ValueError("the statement was compiled with a vector pool if and only if one is asked for")
     rows = statement.rows(vector)
-    pool = [pk for pk, _, _, pool_rank in sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])]
-    ranked = [pk for pk, _, rank, _ in rows if rank is not None and rank <= k]
-    return pool, ranked, {pk: min(1.0, max(0.0, float(score))) for pk, score, _, _ in rows if score is not None}
+    pool = sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])
+    return LexicalScores(
+        pool=[pk for pk, *_ in pool],
+        ranked=[pk for pk, _, rank, _, _ in rows if rank is not None and rank <= k],
+        scores={pk: min(1.0, max(0.0, float(score))) for pk, score, *_ in rows if score is not None},
+        distances={pk: float(distance) for pk, *_, distance in pool},
+    )
 
 
 class _VectorSlot(Vector):
@@ -1377,8 +1421,8 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     if slot is not None and compiled.nearest is not None:
         nearest_sql, nearest_params = compiled.nearest
         # MATERIALIZED: walked once, by the HNSW index, whatever reads it.
-        pool_sql = (f"pool AS MATERIALIZED (SELECT x.id, row_number() OVER (ORDER BY x.distance, x.id) AS rank "  # noqa: S608
-                    f"FROM ({nearest_sql}) AS x(id, distance)), ")
+        pool_sql = (f"pool AS MATERIALIZED (SELECT x.id, x.distance, row_number() OVER (ORDER BY x.distance, x.id) "  # noqa: S608
+                    f"AS rank FROM ({nearest_sql}) AS x(id, distance)), ")
         pool_params = nearest_params
         also_sql, also_params = "ARRAY(SELECT id FROM pool)", []
     sql = f"""
@@ -1412,8 +1456,8 @@ def bm25_statement(  # type: ignore[no-untyped-def]
         ) AS ordered
         WHERE rank <= %s OR id = ANY({also_sql})
     )
-    {"SELECT id, ranked.score, ranked.rank, pool.rank FROM ranked FULL JOIN pool USING (id)"
-     if slot is not None else "SELECT id, score, rank, NULL FROM ranked"}
+    {"SELECT id, ranked.score, ranked.rank, pool.rank, pool.distance FROM ranked FULL JOIN pool USING (id)"
+     if slot is not None else "SELECT id, score, rank, NULL, NULL FROM ranked"}
     ORDER BY 3, 4
     """  # noqa: S608
     # Quoted lexemes cast to tsquery are taken as they are (to_tsquery would
@@ -1808,16 +1852,19 @@ def _checked_rows(
     *, policy: ReadPolicy, candidates: dict[uuid.UUID, Candidate], read_query: ReadQuery, load_embeddings: bool,
     ranking: Ranking | None = None,
 ) -> tuple[dict[uuid.UUID, access.FragmentValues], list[str]]:
-    """Load every candidate, give it its cosine similarity (BM25's statement
-    already scored every vector candidate; a ts_rank ranking scores it here),
-    and check it again. Rows are read as values (access.FragmentValues): a
-    served one is built into a fragment afterwards (_served)."""
+    """Load every candidate, give it its cosine similarity where the index
+    queries did not (a candidate of the vector pool has it already), and its
+    lexical score where they did not (BM25's statement scored every
+    candidate; a ts_rank ranking scores it here), and check it again. Rows
+    are read as values (access.FragmentValues): a served one is built into a
+    fragment afterwards (_served)."""
     if not candidates:
         return {}, []
     ranking = ranking or RANKING
     scores: list[tuple[str, Any]] = []
     if read_query.vector is not None:
-        scores.append(("distance", CosineDistance("embedding", read_query.vector)))
+        missing = [pk for pk, candidate in candidates.items() if candidate.vector_similarity is None]
+        scores.append(("distance", _distance_where_missing(missing, read_query.vector)))
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
     sql, params, names, converters = row_check_statement(
@@ -1842,7 +1889,8 @@ def _checked_rows(
             rows[row.pk] = row
             candidate = candidates[row.pk]
             distance = getattr(row, "distance", None)
-            candidate.vector_similarity = None if distance is None else 1.0 - float(distance)
+            if distance is not None:
+                candidate.vector_similarity = 1.0 - float(distance)
             if ranking.lexical_ranker != "bm25":
                 candidate.lexical_score = float(getattr(row, "lexical", 0.0) or 0.0)
             document = _own_document(row) if row.position is not None else None
@@ -1863,6 +1911,31 @@ def _checked_rows(
             principal_kind=policy.caller.kind, reason=refusal[:200],
         )
     return rows, alarms
+
+
+def _distance_where_missing(ids: Sequence[uuid.UUID], vector: Vector | list[float]) -> Case:
+    """The row check's distance column: the cosine distance of the candidates
+    in `ids`, NULL for the others, whose distance the index query computed
+    (an embedding is stored out of line and read only where it is needed).
+    The ids are one array parameter, so the statement stays the same, and
+    stays prepared, whatever their number."""
+    return Case(When(_AmongIds(ids), then=CosineDistance("embedding", vector)), default=None,
+                output_field=FloatField())
+
+
+class _AmongIds(Expression):
+    """The fragment's id is one of `ids`, given as one array parameter."""
+
+    conditional = True
+    output_field = BooleanField()
+
+    def __init__(self, ids: Sequence[uuid.UUID]) -> None:
+        super().__init__()
+        self.ids = list(ids)
+
+    def as_sql(self, compiler: Any, connection: Any) -> Any:
+        column, params = compiler.compile(Fragment._meta.pk.get_col(Fragment._meta.db_table))  # type: ignore[union-attr]
+        return f"{column} = ANY(%s::uuid[])", (*params, self.ids)
 
 
 # --------------------------------------------------------------------------- fusion and arrangement

@@ -56,10 +56,10 @@ def test_a_readers_scores_depend_only_on_what_they_may_read(people, shared_fragm
     # statistics over the whole workspace give other numbers.
     read_query = search.read_query_for(QUERY, None, search.RANKING)
     with transaction.atomic():
-        _, _, workspace_wide = search.lexical_scored(Q(tenant=people.acme, retired_at__isnull=True), read_query, 10,
-                                                  search.RANKING)
+        workspace_wide = search.lexical_scored(Q(tenant=people.acme, retired_at__isnull=True), read_query, 10,
+                                               search.RANKING).scores
         policy = access.read_policy(caller=bruno, as_of=timezone.now())
-        _, _, own = search.lexical_scored(policy.queryset_filter(), read_query, 10, search.RANKING)
+        own = search.lexical_scored(policy.queryset_filter(), read_query, 10, search.RANKING).scores
     first = uuid.UUID(before[0][0])
     assert own[first] != workspace_wide[first]
 
@@ -131,9 +131,9 @@ def test_every_vector_candidate_gets_its_bm25_score_beyond_the_match_cap(people,
     read_query = search.read_query_for("billing deploy", None, search.RANKING)
     with transaction.atomic():
         predicate = access.read_policy(caller=bruno, as_of=timezone.now()).queryset_filter()
-        _, _, alone = search.lexical_scored(predicate, read_query, 10, search.RANKING, cap=3)
-        _, _, capped = search.lexical_scored(predicate, read_query, 10, search.RANKING, also=[old.pk], cap=3)
-        _, _, uncapped = search.lexical_scored(predicate, read_query, 10, search.RANKING)
+        alone = search.lexical_scored(predicate, read_query, 10, search.RANKING, cap=3).scores
+        capped = search.lexical_scored(predicate, read_query, 10, search.RANKING, also=[old.pk], cap=3).scores
+        uncapped = search.lexical_scored(predicate, read_query, 10, search.RANKING).scores
     assert old.pk not in alone  # not among the newest three matches
     assert capped[old.pk] == pytest.approx(uncapped[old.pk]) and capped[old.pk] > 0
 
@@ -424,7 +424,7 @@ def test_bm25_is_okapi_bm25_over_what_the_reader_may_read(people, shared_fragmen
     policy = access.read_policy(caller=bruno, as_of=timezone.now())
     assert search.tallied_statistics(policy) is not None
     with transaction.atomic():
-        _, ranked, scores = search.lexical_scored(
+        _, ranked, scores, _ = search.lexical_scored(
             policy.queryset_filter(), read_query, 10, ranking,
             tallied=search.tallied_statistics(policy) if tallied else None)
 

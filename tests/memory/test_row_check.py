@@ -346,3 +346,40 @@ def test_a_rule_of_a_kind_the_check_does_not_know_is_given_the_linked_rows_and_o
     with pytest.raises(KeyError, match="built without its linked rows"):
         facts["agent_links"]  # noqa: B018
     assert facts.get("collection_id") == 1 and "tenant_id" in facts and facts.get("nothing") is None
+
+
+def test_a_candidate_keeps_the_distance_its_index_query_computed_and_the_row_check_computes_only_the_others(
+        people, monkeypatch):
+    """BM25's statement computes the vector pool's distances to order it, and
+    a search keeps them: the row check computes a distance only for a
+    candidate found by its words alone, reading its embedding only then.
+    Either way a candidate's similarity is the one the ORM gives its row, to
+    the last bit."""
+    monkeypatch.setattr(search, "CANDIDATES_MIN", 3)
+    monkeypatch.setattr(search, "CANDIDATES_PER_RESULT", 1)
+    # The nearest three share few of the query's words; the others have them all, and say other things.
+    for text in ("The proxy's access records are cycled every week.", "Edge journal files get archived weekly.",
+                 "Request records from the proxy are rolled over on Mondays.",
+                 "Giraffes graze by the old stone gateway of the zoo.",
+                 "The captain's log mentions whales near the coast.",
+                 "Tulip bulbs are rotated between fields each spring."):
+        private_fragment(people.caller(people.bruno), text)
+    # Found by its words alone, as a fragment not embedded yet is: it has no distance at all.
+    unembedded = private_fragment(people.caller(people.bruno), "gateway log, unembedded", embed=False)
+    query = "Where are the gateway log files rotated?"
+    (vector,) = get_embedder().embed([query])
+    policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
+    with transaction.atomic(), search.index_settings():
+        candidates, rows, _ = search.scored_candidates(
+            policy=policy, query=query, query_vector=vector, limit=3, deadline=search.Deadline(30),
+            ranking=search.RANKING)
+    pool = {pk for pk, candidate in candidates.items() if candidate.vector_rank is not None}
+    by_words = set(candidates) - pool
+    assert len(pool) == 3 and unembedded.pk in by_words and by_words - {unembedded.pk}, candidates
+
+    # The row check read a distance for the candidates found by their words, and none for the pool's.
+    assert {pk for pk, row in rows.items() if row.distance is not None} == by_words - {unembedded.pk}
+    expected = dict(Fragment.objects.filter(pk__in=list(candidates)).annotate(
+        distance=CosineDistance("embedding", vector)).values_list("pk", "distance"))
+    assert {pk: candidate.vector_similarity for pk, candidate in candidates.items()} == {
+        pk: None if distance is None else 1.0 - distance for pk, distance in expected.items()}

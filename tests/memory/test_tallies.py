@@ -360,7 +360,7 @@ def test_a_persons_search_sums_the_tallies_and_scores_as_counting_would(people, 
         kept = search.lexical_scored(policy.queryset_filter(), read_query, 10, search.RANKING,
                                      tallied=search.tallied_statistics(policy))
         counted_ = search.lexical_scored(policy.queryset_filter(), read_query, 10, search.RANKING)
-    assert len(kept[2]) == 7
+    assert len(kept.scores) == 7
     assert kept == counted_  # the same ranks and, to the last bit, the same scores
 
 
