@@ -48,20 +48,23 @@ from contract.receipt_chain import (
 )
 from memoryhub import access
 from memoryhub.access import Caller
+from memoryhub.database import prepared
 from memoryhub.errors import Conflict
 from memoryhub.models import Erasure, Receipt, ReceiptChain, ReceiptCheckpoint, Tenant
 
 CHECKPOINT_TASK = "memoryhub.tasks.checkpoint_receipts"
 
 # One statement: the workspace's head row (ReceiptChain) advances by one entry.
+# (Each parameter is cast where it is used, so a prepared statement, which
+# gives a parameter one type, reads it as text in all of them.)
 APPEND = """
 INSERT INTO memoryhub_receiptchain AS head (tenant_id, seq, prev, head)
-VALUES (%(tenant)s, 1, %(genesis)s,
-        encode(sha256(convert_to(%(genesis)s || ':1:' || %(content)s, 'UTF8')), 'hex'))
+VALUES (%(tenant)s, 1, %(genesis)s::text,
+        encode(sha256(convert_to(%(genesis)s::text || ':1:' || %(content)s::text, 'UTF8')), 'hex'))
 ON CONFLICT (tenant_id) DO UPDATE SET
     seq = head.seq + 1,
     prev = head.head,
-    head = encode(sha256(convert_to(head.head || ':' || (head.seq + 1)::text || ':' || %(content)s, 'UTF8')),
+    head = encode(sha256(convert_to(head.head || ':' || (head.seq + 1)::text || ':' || %(content)s::text, 'UTF8')),
                   'hex')
 RETURNING seq, prev, head
 """
@@ -106,7 +109,8 @@ def receipt_append(receipt: Receipt) -> Receipt:
     in one statement (`APPEND` and the insert that takes its place from it),
     so both happen or neither does. The chain head stays locked until the
     statement's transaction commits: its own (a search on its own), or the
-    caller's."""
+    caller's. The statement's text is the same for every receipt, so it is
+    prepared on its connection and planned once (memoryhub.database)."""
     # Every other column as Model.save() would write it.
     stored = [field for field in Receipt._meta.concrete_fields if field.attname not in _CHAIN_FIELDS]
     given = {f"v{number}": field.pre_save(receipt, True) for number, field in enumerate(stored)}
@@ -119,7 +123,7 @@ def receipt_append(receipt: Receipt) -> Receipt:
                          *(quote(name) for name in _CHAIN_FIELDS)])
     placed = ", ".join([*(f"%({name})s" if name in values else "DEFAULT" for name in given),
                         "(SELECT seq FROM link)", "(SELECT prev FROM link)", "(SELECT head FROM link)"])
-    with connection.cursor() as cursor:
+    with prepared(), connection.cursor() as cursor:
         cursor.execute(
             f"WITH link AS ({APPEND}) INSERT INTO {quote(Receipt._meta.db_table)} ({columns}) "  # noqa: S608 - our model's names
             f"VALUES ({placed}) RETURNING {', '.join(_CHAIN_FIELDS)}",
