@@ -242,16 +242,26 @@ class Writer:
         workspace's write policy in the same statement (not the one read with
         the caller). One write at a time per writer: two concurrent writes must
         not both supersede the same fact or both store the same one, and
-        forgetting must not cross a write."""
+        forgetting must not cross a write.
+
+        The same statement has the statements prepared after it in the
+        transaction (a write's judgement) planned generically, once for every
+        writer, not for each one's values (`plan_cache_mode`, to the
+        transaction's end). They find rows by exact keys, and the plan that
+        fits is the same for every writer; planned for one workspace's values
+        from statistics older than it, a workspace PostgreSQL has not counted
+        yet is taken to hold one row, and a judgement then read every fact
+        of the writer from the table and its vector from out-of-line storage
+        instead of from the writer's index (docs/benchmarks.md)."""
         tenant = self.tenant
         with connection.cursor() as cursor:
             # The lock is the statement's first row source: it is taken whatever the join finds.
             cursor.execute(
-                f"SELECT t.write_policy, t.blocked_terms::text FROM pg_advisory_xact_lock(%s) AS held "  # noqa: S608
-                f"LEFT JOIN {Tenant._meta.db_table} AS t ON t.id = %s",
+                f"SELECT t.write_policy, t.blocked_terms::text, set_config('plan_cache_mode', 'force_generic_plan', "  # noqa: S608
+                f"true) FROM pg_advisory_xact_lock(%s) AS held LEFT JOIN {Tenant._meta.db_table} AS t ON t.id = %s",
                 [self.lock_key, tenant.pk],
             )
-            policy, blocked = cursor.fetchone()
+            policy, blocked, _ = cursor.fetchone()
         if policy is None:
             raise NotFound("The workspace of this write no longer exists.")
         tenant.write_policy = policy

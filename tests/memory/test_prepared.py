@@ -1,11 +1,12 @@
 """memoryhub's database backend (memoryhub.database): the statements every
 call repeats with other values (a token's check, finding the caller, a
-search's prologue and its row check, a write's judgement) are prepared on
+search's prologue, its row check and its receipt, a write's judgement) are prepared on
 their connection and run prepared from then on; every other statement runs as Django runs it; with the setting off
 nothing is prepared, and what is read is the same either way."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def _calls(people, shared_fragment) -> str:  # type: ignore[no-untyped-def]
     return raw
 
 
-def test_a_credentials_lookups_and_a_searchs_prologue_and_row_check_run_prepared_and_nothing_else(
+def test_a_credentials_lookups_and_a_searchs_prologue_row_check_and_receipt_run_prepared_and_nothing_else(
         people, shared_fragment):
     before = _prepared()
     raw = _calls(people, shared_fragment)
@@ -87,11 +88,43 @@ def test_a_credentials_lookups_and_a_searchs_prologue_and_row_check_run_prepared
     caller = [text for text in ran if 'FROM "memoryhub_user"' in text and '"memoryhub_membership"' in text]
     prologue = [text for text in ran if "tsvector_to_array(to_tsvector($" in text and "FROM memoryhub_tenant" in text]
     row_check = [text for text in ran if 'FROM "memoryhub_fragment"' in text and "= ANY($" in text]
-    assert len(token) == len(caller) == len(prologue) == len(row_check) == 1, ran
+    receipt = [text for text in ran if "INSERT INTO memoryhub_receiptchain" in text]
+    assert len(token) == len(caller) == len(prologue) == len(row_check) == len(receipt) == 1, ran
     # Each ran prepared every time, with its values as parameters; nothing else was prepared.
-    assert ran == {token[0]: RUNS, caller[0]: RUNS, prologue[0]: RUNS, row_check[0]: RUNS}
+    assert ran == {token[0]: RUNS, caller[0]: RUNS, prologue[0]: RUNS, row_check[0]: RUNS, receipt[0]: RUNS}
     # The values are parameters: the token's checksum is not in the prepared text.
     assert "$1" in token[0] and token_checksum(raw) not in token[0]
+
+
+def test_a_receipt_written_prepared_reads_back_as_it_was_chained_as_one_written_unprepared_does(
+        people, shared_fragment):
+    """A receipt's chain entry covers what it records as it was when written.
+    What the prepared statement stored (its values bound on the server: the
+    request and what was served as JSON, the instants, the reader's ids)
+    reads back to that same record, as what the unprepared one stored does,
+    and each entry links to the one before, whichever way either was written."""
+    from contract.receipt_chain import GENESIS, content_hash, link_hash
+    from memoryhub.models import Receipt
+    from memoryhub.services import receipt_chain
+
+    shared_fragment("The gateway's log rotation runs nightly at 02:00.")
+    bruno = people.caller(people.bruno)
+    ids = []
+    for run in range(6):
+        with _setting_off() if run % 2 else nullcontext():
+            as_of = timezone.now() - dt.timedelta(microseconds=run) if run % 3 == 2 else None
+            result = fragments_search(caller=bruno, query=f"when does log rotation run? ({run})", as_of=as_of)
+        assert result.hits
+        ids.append(result.receipt_id)
+    receipts = [Receipt.objects.get(pk=pk) for pk in ids]
+    assert receipts[0].chain_prev == GENESIS or Receipt.objects.filter(
+        tenant=people.acme, chain_seq=receipts[0].chain_seq - 1, chain_hash=receipts[0].chain_prev).exists()
+    for before, receipt in zip([None, *receipts], receipts, strict=False):
+        assert receipt.chain_hash == link_hash(receipt.chain_prev, receipt.chain_seq,
+                                               content_hash(receipt_chain.record_of(receipt)))
+        assert before is None or (receipt.chain_seq, receipt.chain_prev) == (before.chain_seq + 1, before.chain_hash)
+        assert receipt_chain.entry_check(receipt).verifies
+    assert [receipt.as_of_explicit for receipt in receipts] == [run % 3 == 2 for run in range(6)]
 
 
 def test_with_the_setting_off_nothing_is_prepared(people, shared_fragment, unprepared):
@@ -349,6 +382,51 @@ def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the
                 assert read <= own[writer] - retired, (writer, text, vector)
                 checked += sum(len(pks) for pks in expected.values())
     assert checked > 20
+
+
+def _plans() -> dict[str, tuple[int, int]]:
+    """This connection's prepared statements: each one's text, and how many
+    times it was planned generically and for its values."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+        return {text: (generic, custom) for text, generic, custom in cursor.fetchall()}
+
+
+def _plan_cache_mode() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_writes_judgement_is_planned_once_for_every_writer_and_nothing_else_is():
+    """In a write's transaction the writer's lock has what is prepared after
+    it planned generically from its first run (not for one workspace's values,
+    from statistics that may be older than the workspace); the setting ends
+    with the transaction, and the same statement run outside a write is
+    planned as PostgreSQL chooses (for its values, the first times)."""
+    from tests.conftest import make_people
+
+    people = make_people()
+    text = "The deploy window is Friday morning."
+    vector = get_embedder().embed([text])[0]
+    for writer in (write.Writer(tenant=people.acme, user=people.bruno),
+                   write.Writer(tenant=people.acme, agent=people.triage_bot.agent)):
+        before = _plans()
+        for fact in ("My manager is Dana.", "The deploy window is Thursday evening."):
+            with transaction.atomic():
+                write.pipeline_run(writer=writer, content=fact)
+            assert _plan_cache_mode() == "auto"
+        ran = {sql: plans for sql, plans in _plans().items() if plans != before.get(sql, (0, 0))}
+        (judgement,) = [sql for sql in ran if "UNION" in sql and "<=>" in sql]
+        generic, custom = ran[judgement]
+        assert (generic - before.get(judgement, (0, 0))[0], custom) == (2, before.get(judgement, (0, 0))[1]), ran
+
+        # Outside a write's transaction: planned for its values.
+        statement, values = write.judgement_for(writer, text, vector)
+        with transaction.atomic():
+            statement.all(*values)
+        assert _plans()[judgement] == (generic, custom + 1)
 
 
 def _plan(sql: str, params: list, avoid: tuple[str, ...] = ("sort", "seqscan")) -> str:
