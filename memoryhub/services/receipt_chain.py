@@ -109,8 +109,10 @@ def receipt_append(receipt: Receipt) -> Receipt:
     in one statement (`APPEND` and the insert that takes its place from it),
     so both happen or neither does. The chain head stays locked until the
     statement's transaction commits: its own (a search on its own), or the
-    caller's. The statement's text is the same for every receipt, so it is
-    prepared on its connection and planned once (memoryhub.database)."""
+    caller's. The statement's text is the same for every receipt, so it runs
+    prepared on its connection (memoryhub.database), not planned at each run
+    (psycopg prepares it once for each set of parameter types: a person's or
+    an agent's receipt, say)."""
     # Every other column as Model.save() would write it.
     stored = [field for field in Receipt._meta.concrete_fields if field.attname not in _CHAIN_FIELDS]
     given = {f"v{number}": field.pre_save(receipt, True) for number, field in enumerate(stored)}

@@ -55,21 +55,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar, get_args, get_or
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import OperationalError, connection, transaction
-from django.db.models import (
-    BooleanField,
-    Case,
-    DateTimeField,
-    Expression,
-    F,
-    FloatField,
-    JSONField,
-    Model,
-    Q,
-    QuerySet,
-    Value,
-    When,
-    signals,
-)
+from django.db.models import Case, DateTimeField, F, JSONField, Model, Q, QuerySet, Value, When, signals
 from django.db.models.base import ModelState
 from django.utils import timezone
 from pgvector import Vector
@@ -193,7 +179,7 @@ ORDERING_CODE = (
     "CompiledPredicate", "bm25_statement", "BM25Statement", "_VectorSlot",
     "reader_totals_sql", "_reader_totals_statement", "_instant_places", "_reader_totals_compiled", "_lexical_rank",
     "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_converted_when",
-    "_Later", "_checked_rows", "_distance_where_missing",
+    "_Later", "_checked_rows",
     "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
     "_arrange", "is_hedged",
@@ -1722,28 +1708,43 @@ class RowCheckStatement:
     expressions: tuple[Any, ...]
     zoned: tuple[int, ...] = ()
     zone: dt.tzinfo | None = None
+    # The distance column (with_scores): the cosine distance of the fragments
+    # whose ids its first parameter holds, NULL for the others, whose distance
+    # the index statement computed; an embedding is stored out of line and is
+    # read only where it is needed. One array, so the text stays the same.
+    distance: str = ""
 
     @functools.cached_property
     def converters(self) -> list[tuple[int, Any, list[Any]]]:
         aware = _aware_in(self.zone)
         return [*((index, self.expressions[index], [aware]) for index in self.zoned), *_converters(self.expressions)]
 
-    def with_scores(self, scores: Sequence[tuple[str, Any]]) -> tuple[str, list[Any], list[str], list[Any]]:
+    def with_scores(self, scores: Sequence[tuple[str, Any]], *,
+                    distance: tuple[Sequence[uuid.UUID], Vector] | None = None,
+                    ) -> tuple[str, list[Any], list[str], list[Any]]:
         """The statement with these (name, expression over the fragment's own
-        columns: the statement's FROM has no join for it) columns added: its
-        SQL, its parameters but the ids, every column's name, and the
-        converters of every column that has any."""
-        select, params = list(self.select), []
+        columns: the statement's FROM has no join for it) columns added, after
+        `distance` (the ids of the candidates to give a cosine distance, and
+        the query's vector) as the column `distance`: its SQL, its parameters
+        but the ids, every column's name, and the converters of every column
+        that has any."""
+        select, params, names = list(self.select), [], list(self.names)
+        if distance is not None:
+            ids, vector = distance
+            select.append(self.distance)
+            params += [list(ids), vector.to_text()]
+            names.append("distance")
+        first = len(names)
         for name, expression in scores:
             query = Fragment.objects.all().query
             sql, expression_params = query.get_compiler(connection=connection).compile(
                 expression.resolve_expression(query))
             select.append(f"{sql} AS {connection.ops.quote_name(name)}")
             params += expression_params
-        added = [(len(self.names) + index, expression, found)
+        added = [(first + index, expression, found)
                  for index, expression, found in _converters([expression for _, expression in scores])]
         return (f"SELECT {', '.join(select)} {self.tables}", params,  # noqa: S608 - our models' names
-                [*self.names, *(name for name, _ in scores)], [*self.converters, *added])
+                [*names, *(name for name, _ in scores)], [*self.converters, *added])
 
 
 @functools.cache
@@ -1790,8 +1791,11 @@ def row_check_statement(load_embeddings: bool, zone_name: str, zone: dt.tzinfo |
     names = (*(item.attname for item in fields), *(fact.name for fact in facts), "shown_collection_name",
              "shown_source_agent_name")
     zoned = tuple(index for index, item in enumerate(fields) if item in zoned_fields)
+    # pgvector's cosine distance operator (CosineDistance's), the vector sent as its text.
+    distance = (f"CASE WHEN {column(Fragment, 'id', fragment)} = ANY(%s::uuid[]) "
+                f"THEN ({column(Fragment, 'embedding', fragment)} <=> %s) END AS {quote('distance')}")
     return RowCheckStatement(select=tuple(select), tables=tables, names=names, expressions=tuple(expressions),
-                             zoned=zoned, zone=zone)
+                             zoned=zoned, zone=zone, distance=distance)
 
 
 def _aware_in(zone: dt.tzinfo | None) -> Callable[[Any, Any, Any], Any]:
@@ -1862,13 +1866,16 @@ def _checked_rows(
         return {}, []
     ranking = ranking or RANKING
     scores: list[tuple[str, Any]] = []
+    distance = None
     if read_query.vector is not None:
+        # (With none missing the array is empty, sent untyped: one more prepared form of the same text.)
         missing = [pk for pk, candidate in candidates.items() if candidate.vector_similarity is None]
-        scores.append(("distance", _distance_where_missing(missing, read_query.vector)))
+        vector = read_query.vector if isinstance(read_query.vector, Vector) else QueryVector(read_query.vector)
+        distance = (missing, vector)
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
     sql, params, names, converters = row_check_statement(
-        load_embeddings, connection.timezone_name, connection.timezone).with_scores(scores)
+        load_embeddings, connection.timezone_name, connection.timezone).with_scores(scores, distance=distance)
     with prepared(), connection.cursor() as cursor:
         cursor.execute(sql, [*params, list(candidates)])
         fetched = cursor.fetchall()
@@ -1911,31 +1918,6 @@ def _checked_rows(
             principal_kind=policy.caller.kind, reason=refusal[:200],
         )
     return rows, alarms
-
-
-def _distance_where_missing(ids: Sequence[uuid.UUID], vector: Vector | list[float]) -> Case:
-    """The row check's distance column: the cosine distance of the candidates
-    in `ids`, NULL for the others, whose distance the index query computed
-    (an embedding is stored out of line and read only where it is needed).
-    The ids are one array parameter, so the statement stays the same, and
-    stays prepared, whatever their number."""
-    return Case(When(_AmongIds(ids), then=CosineDistance("embedding", vector)), default=None,
-                output_field=FloatField())
-
-
-class _AmongIds(Expression):
-    """The fragment's id is one of `ids`, given as one array parameter."""
-
-    conditional = True
-    output_field = BooleanField()
-
-    def __init__(self, ids: Sequence[uuid.UUID]) -> None:
-        super().__init__()
-        self.ids = list(ids)
-
-    def as_sql(self, compiler: Any, connection: Any) -> Any:
-        column, params = compiler.compile(Fragment._meta.pk.get_col(Fragment._meta.db_table))  # type: ignore[union-attr]
-        return f"{column} = ANY(%s::uuid[])", (*params, self.ids)
 
 
 # --------------------------------------------------------------------------- fusion and arrangement

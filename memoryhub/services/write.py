@@ -244,15 +244,17 @@ class Writer:
         not both supersede the same fact or both store the same one, and
         forgetting must not cross a write.
 
-        The same statement has the statements prepared after it in the
-        transaction (a write's judgement) planned generically, once for every
-        writer, not for each one's values (`plan_cache_mode`, to the
-        transaction's end). They find rows by exact keys, and the plan that
-        fits is the same for every writer; planned for one workspace's values
-        from statistics older than it, a workspace PostgreSQL has not counted
-        yet is taken to hold one row, and a judgement then read every fact
-        of the writer from the table and its vector from out-of-line storage
-        instead of from the writer's index (docs/benchmarks.md)."""
+        The same statement has every prepared statement that runs after it in
+        the transaction (a write's judgement) planned generically, once for
+        every writer, not for each one's values (`plan_cache_mode`, to the end
+        of the transaction: of the outermost one, where this runs in a
+        savepoint that is released; every caller here begins its own). They
+        find rows by exact keys, and the plan that fits is the same for every
+        writer; planned for one workspace's values from statistics older than
+        it, a workspace PostgreSQL has not counted yet is taken to hold one
+        row, and a judgement then read every fact of the writer from the table
+        and its vector from out-of-line storage instead of from the writer's
+        index (docs/benchmarks.md)."""
         tenant = self.tenant
         with connection.cursor() as cursor:
             # The lock is the statement's first row source: it is taken whatever the join finds.

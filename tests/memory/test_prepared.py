@@ -399,7 +399,7 @@ def _plan_cache_mode() -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_writes_judgement_is_planned_once_for_every_writer_and_nothing_else_is():
+def test_a_writes_judgement_is_planned_once_for_every_writer_inside_a_write_only():
     """In a write's transaction the writer's lock has what is prepared after
     it planned generically from its first run (not for one workspace's values,
     from statistics that may be older than the workspace); the setting ends

@@ -352,9 +352,8 @@ def test_a_candidate_keeps_the_distance_its_index_query_computed_and_the_row_che
         people, monkeypatch):
     """BM25's statement computes the vector pool's distances to order it, and
     a search keeps them: the row check computes a distance only for a
-    candidate found by its words alone, reading its embedding only then.
-    Either way a candidate's similarity is the one the ORM gives its row, to
-    the last bit."""
+    candidate found by its words alone. Either way a candidate's similarity
+    is the one the ORM gives its row, to the last bit."""
     monkeypatch.setattr(search, "CANDIDATES_MIN", 3)
     monkeypatch.setattr(search, "CANDIDATES_PER_RESULT", 1)
     # The nearest three share few of the query's words; the others have them all, and say other things.
