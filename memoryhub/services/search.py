@@ -1694,7 +1694,7 @@ class RowCheckStatement:
     candidate's columns (but ROW_CHECK_DEFERRED, and the embedding unless asked
     for), the access facts fragment_facts reads of a row (access.fact_columns)
     and what rendering a served row needs (its collection's and its source
-    agent's names), found by id (its one parameter: an array of ids). Each
+    agent's names), found by id (its last parameter: an array of ids). Each
     column has its name (a FragmentValues' attribute) and its expression, which
     gives what Django applies to a value read for it (_converters). The
     columns in `zoned` are timestamps read as UTC's wall time, when that is
@@ -1732,7 +1732,9 @@ class RowCheckStatement:
         if distance is not None:
             ids, vector = distance
             select.append(self.distance)
-            params += [list(ids), vector.to_text()]
+            # The ids as an array's text: an empty list would go untyped, a list of ids as uuid[], and
+            # each way of sending would prepare the same text once more.
+            params += ["{" + ",".join(str(pk) for pk in ids) + "}", vector.to_text()]
             names.append("distance")
         first = len(names)
         for name, expression in scores:
@@ -1866,16 +1868,15 @@ def _checked_rows(
         return {}, []
     ranking = ranking or RANKING
     scores: list[tuple[str, Any]] = []
-    distance = None
+    distance_of = None
     if read_query.vector is not None:
-        # (With none missing the array is empty, sent untyped: one more prepared form of the same text.)
         missing = [pk for pk, candidate in candidates.items() if candidate.vector_similarity is None]
         vector = read_query.vector if isinstance(read_query.vector, Vector) else QueryVector(read_query.vector)
-        distance = (missing, vector)
+        distance_of = (missing, vector)
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
     sql, params, names, converters = row_check_statement(
-        load_embeddings, connection.timezone_name, connection.timezone).with_scores(scores, distance=distance)
+        load_embeddings, connection.timezone_name, connection.timezone).with_scores(scores, distance=distance_of)
     with prepared(), connection.cursor() as cursor:
         cursor.execute(sql, [*params, list(candidates)])
         fetched = cursor.fetchall()

@@ -9,7 +9,7 @@ import uuid
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import DateTimeField, F
 from django.utils import timezone
 from pgvector.django import CosineDistance
@@ -382,3 +382,16 @@ def test_a_candidate_keeps_the_distance_its_index_query_computed_and_the_row_che
         distance=CosineDistance("embedding", vector)).values_list("pk", "distance"))
     assert {pk: candidate.vector_similarity for pk, candidate in candidates.items()} == {
         pk: None if distance is None else 1.0 - distance for pk, distance in expected.items()}
+
+    # With every candidate's distance known, none is computed, by the same prepared statement.
+    pool_only = {pk: search.Candidate(vector_rank=0, vector_similarity=0.5) for pk in pool}
+    with transaction.atomic():
+        rows, _ = search._checked_rows(policy=policy, candidates=pool_only,
+                                       read_query=search.read_query_for(query, vector, search.RANKING),
+                                       load_embeddings=False)
+        assert set(rows) == pool and all(row.distance is None for row in rows.values())
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                           ["%THEN (\"memoryhub_fragment\".\"embedding\" <=> $%"])
+            assert cursor.fetchone()[0] == 1
+    assert {pk: candidate.vector_similarity for pk, candidate in pool_only.items()} == dict.fromkeys(pool, 0.5)
