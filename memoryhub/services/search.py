@@ -1110,7 +1110,7 @@ def index_queries(
         with phase("index_query"):
             answer = lexical_scored(predicate, read_query, pool, ranking, vector=read_query.vector, tallied=tallied,
                                     statement=statement)
-        _nearest_into(found, [(pk, answer.distances[pk]) for pk in answer.pool])
+        _nearest_into(found, answer.pool)
         _lexical_into(found, answer.ranked, answer.scores)
         return found, read_query
     if wants_vector and read_query.vector is not None:
@@ -1266,14 +1266,13 @@ def _sql(queryset) -> tuple[str, tuple]:  # type: ignore[no-untyped-def]
 class LexicalScores(NamedTuple):
     """What BM25's statement answers (lexical_scored)."""
 
-    # The vector pool in order (empty without a vector).
-    pool: list[uuid.UUID]
+    # The vector pool in order (empty without a vector), each with the cosine
+    # distance the statement computed to order it (as nearest_rows gives them).
+    pool: list[tuple[uuid.UUID, float]]
     # The top matches in order.
     ranked: list[uuid.UUID]
     # The BM25 score of every candidate that matches.
     scores: dict[uuid.UUID, float]
-    # The vector pool's cosine distances, as the statement computed them to order it.
-    distances: dict[uuid.UUID, float]
 
 
 def lexical_scored(  # type: ignore[no-untyped-def]
@@ -1316,7 +1315,7 @@ def lexical_scored(  # type: ignore[no-untyped-def]
         if isinstance(predicate, CompiledPredicate):
             raise ValueError("a query with no lexemes has no BM25 statement to read a compiled predicate")
         nearest = nearest_rows(predicate, vector, k) if vector is not None else []
-        return LexicalScores(pool=[pk for pk, _ in nearest], ranked=[], scores={}, distances=dict(nearest))
+        return LexicalScores(pool=nearest, ranked=[], scores={})
     if statement is None:
         statement = bm25_statement(predicate, read_query, k, ranking, also=also, cap=cap, vector=vector is not None,
                                    tallied=tallied)
@@ -1325,10 +1324,9 @@ def lexical_scored(  # type: ignore[no-untyped-def]
     rows = statement.rows(vector)
     pool = sorted((row for row in rows if row[3] is not None), key=lambda row: row[3])
     return LexicalScores(
-        pool=[pk for pk, *_ in pool],
+        pool=[(pk, float(distance)) for pk, *_, distance in pool],
         ranked=[pk for pk, _, rank, _, _ in rows if rank is not None and rank <= k],
         scores={pk: min(1.0, max(0.0, float(score))) for pk, score, *_ in rows if score is not None},
-        distances={pk: float(distance) for pk, *_, distance in pool},
     )
 
 

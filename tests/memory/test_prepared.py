@@ -33,12 +33,18 @@ from tests.support.tokens import person_mcp_token
 RUNS = 3
 
 
+def _plans() -> dict[str, tuple[int, int]]:
+    """This connection's prepared statements: each one's text, and how many
+    times it was planned generically and for its values."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+        return {text: (generic, custom) for text, generic, custom in cursor.fetchall()}
+
+
 def _prepared() -> dict[str, int]:
     """This connection's prepared statements: each one's text, and how many
     times it ran prepared."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements")
-        return dict(cursor.fetchall())
+    return {text: generic + custom for text, (generic, custom) in _plans().items()}
 
 
 def _ran_prepared(before: dict[str, int]) -> dict[str, int]:
@@ -382,14 +388,6 @@ def test_a_writes_judgement_reads_exactly_the_writers_live_private_memory_as_the
                 assert read <= own[writer] - retired, (writer, text, vector)
                 checked += sum(len(pks) for pks in expected.values())
     assert checked > 20
-
-
-def _plans() -> dict[str, tuple[int, int]]:
-    """This connection's prepared statements: each one's text, and how many
-    times it was planned generically and for its values."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
-        return {text: (generic, custom) for text, generic, custom in cursor.fetchall()}
 
 
 def _plan_cache_mode() -> str:

@@ -424,7 +424,7 @@ def test_bm25_is_okapi_bm25_over_what_the_reader_may_read(people, shared_fragmen
     policy = access.read_policy(caller=bruno, as_of=timezone.now())
     assert search.tallied_statistics(policy) is not None
     with transaction.atomic():
-        _, ranked, scores, _ = search.lexical_scored(
+        _, ranked, scores = search.lexical_scored(
             policy.queryset_filter(), read_query, 10, ranking,
             tallied=search.tallied_statistics(policy) if tallied else None)
 

@@ -344,7 +344,7 @@ def test_a_slow_search_is_cancelled_at_its_deadline(bruno, monkeypatch, settings
     def slow(*args, **kwargs):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(5)")
-        return search.LexicalScores(pool=[], ranked=[], scores={}, distances={})
+        return search.LexicalScores(pool=[], ranked=[], scores={})
 
     monkeypatch.setattr(search, "lexical_scored", slow)
     receipts = Receipt.objects.count()
