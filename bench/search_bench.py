@@ -21,6 +21,10 @@ For each size:
   statement, one query after the other, as a search runs them (the encoder
   timed back to back, as in the floor above, answers faster than it does
   between other work);
+* steady: after those passes, each query through the search and through its
+  floor in sequence in turn, which goes first alternating, with every
+  reader's predicate compiled and every query seen by both (a long-running
+  worker's searches; the search pass above includes each reader's first);
 * recording the read: the receipt as search writes it, joining the
   workspace's hash chain, and the chain's one statement alone;
 * recall@10 of the filtered HNSW query (iterative scan) against an exact
@@ -49,6 +53,8 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from common import ROOT, bench_database, summary, timed, write_results
 
@@ -248,6 +254,7 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
     now = timezone.now()
     DEPTH = search.candidate_pool(10)  # noqa: N806 - what the ranking asks of each index
     result.update(floor_in_sequence(queries, readers, now, DEPTH))
+    result.update(steady(queries, readers, now, DEPTH, memory_search))
 
     vectors = embedder.embed(queries)
     result["floor_query_embedding"] = summary(
@@ -344,28 +351,59 @@ def floor_in_sequence(queries: list[str], readers: list, now: dt.datetime, depth
     its index statement, one query after the other (the floor's parts below are
     each timed back to back: the encoder, run again and again, answers faster
     than it does between other work, as each search's embedding runs)."""
+    whole, embedding, statement = [], [], []
+    for query, caller in zip(queries, readers, strict=True):
+        parts = floor_once(query, caller, now, depth)
+        whole.append(parts[0])
+        embedding.append(parts[1])
+        statement.append(parts[2])
+    return {"floor_in_sequence": summary(whole), "floor_in_sequence_embedding": summary(embedding),
+            "floor_in_sequence_statement": summary(statement)}
+
+
+def floor_once(query: str, caller, now: dt.datetime, depth: int) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+    """One query's floor: its embedding, then its index statement (ms: the
+    two, the embedding, the statement)."""
     from django.db import transaction
 
     from memoryhub import access
     from memoryhub.embeddings import get_embedder
     from memoryhub.services import search
 
+    policy = access.read_policy(caller=caller, as_of=now)
     embedder = get_embedder()
-    whole, embedding, statement = [], [], []
-    for query, caller in zip(queries, readers, strict=True):
-        policy = access.read_policy(caller=caller, as_of=now)
-        with transaction.atomic(), search.index_settings():
-            started = time.perf_counter()
-            vector = embedder.embed([query])[0]
-            embedded = time.perf_counter()
-            # As index_queries_one_statement below times it.
-            bm25(policy, query, vector, depth, vector=vector)
-            finished = time.perf_counter()
-        whole.append((finished - started) * 1000)
-        embedding.append((embedded - started) * 1000)
-        statement.append((finished - embedded) * 1000)
-    return {"floor_in_sequence": summary(whole), "floor_in_sequence_embedding": summary(embedding),
-            "floor_in_sequence_statement": summary(statement)}
+    with transaction.atomic(), search.index_settings():
+        started = time.perf_counter()
+        vector = embedder.embed([query])[0]
+        embedded = time.perf_counter()
+        # As index_queries_one_statement below times it.
+        bm25(policy, query, vector, depth, vector=vector)
+        finished = time.perf_counter()
+    return (finished - started) * 1000, (embedded - started) * 1000, (finished - embedded) * 1000
+
+
+def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # type: ignore[type-arg]
+           memory_search: Callable[[Any, str], object]) -> dict:
+    """The search beside its floor as a long-running worker meets them: run
+    after the passes above, so every reader's predicate is compiled and every
+    query has been through both paths once; then each query through the
+    search and through its floor in turn, which goes first alternating, so
+    both meet the same machine and the same caches. (The passes above time
+    the search first, with each reader's first search, which compiles the
+    reader's predicate, and the floor after it, on what the search just read.)"""
+    searched, floors = [], []
+    before = phase_seconds()
+    for index, (query, caller) in enumerate(zip(queries, readers, strict=True)):
+        for path in ("search", "floor") if index % 2 == 0 else ("floor", "search"):
+            if path == "search":
+                searched += timed(lambda q=query, c=caller: memory_search(c, q), 1)
+            else:
+                floors.append(floor_once(query, caller, now, depth)[0])
+    # The floor runs no phase timer: these are the searches'.
+    phases = {name: round((seconds - before.get(name, 0.0)) * 1000 / len(queries), 2)
+              for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
+    return {"search_steady": summary(searched), "floor_in_sequence_steady": summary(floors),
+            "search_steady_phases_mean_ms": phases}
 
 
 def receipt_cost(callers: list, rng: random.Random, count: int = 200) -> dict:  # type: ignore[type-arg]
