@@ -604,8 +604,9 @@ class _OnnxRunner:
         so.log_severity_level = 3
         # The pool's threads spin between runs (onnxruntime's default), holding a
         # core for a while after each: blocking instead, a two-thread encoder
-        # took 6.0 ms a text against 3.7 on an idle machine (docs/benchmarks.md,
-        # "fifteenth step"). A server's worker encodes on one thread: no pool.
+        # took 6.0-6.3 ms a text against 3.7-4.0 on an idle machine
+        # (docs/benchmarks.md, "fifteenth step"). A server run with one worker
+        # per core encodes on one thread in each: no pool.
         self._session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._batch_size = max(1, batch_size)
