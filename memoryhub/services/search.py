@@ -1869,8 +1869,7 @@ def _checked_rows(
     distance_of = None
     if read_query.vector is not None:
         missing = [pk for pk, candidate in candidates.items() if candidate.vector_similarity is None]
-        vector = read_query.vector if isinstance(read_query.vector, Vector) else QueryVector(read_query.vector)
-        distance_of = (missing, vector)
+        distance_of = (missing, read_query.vector)
     if read_query.tsquery is not None and ranking.lexical_ranker != "bm25":
         scores.append(("lexical", _lexical_rank(read_query.tsquery, ranking)))
     sql, params, names, converters = row_check_statement(

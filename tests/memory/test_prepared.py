@@ -242,7 +242,8 @@ def test_the_prologue_reads_the_same_values_prepared_or_not():
 
 
 def _row_check(people, pks) -> dict:  # type: ignore[no-untyped-def]
-    read_query = search.ReadQuery(text="gateway", vector=get_embedder().embed(["gateway"])[0], tsquery=None)
+    read_query = search.ReadQuery(text="gateway", vector=search.QueryVector(get_embedder().embed(["gateway"])[0]),
+                                   tsquery=None)
     policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
     rows, alarms = search._checked_rows(policy=policy, candidates={pk: search.Candidate() for pk in pks},
                                         read_query=read_query, load_embeddings=True)

@@ -71,7 +71,7 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
     pks = [*(turn.pk for turn in turns), shared.pk, agents.pk, mine.pk, own.pk]
     vector, embedding = get_embedder().embed(["gateway log", shared.value])
     Fragment.objects.filter(pk=shared.pk).update(embedding=embedding, embedded_at=timezone.now())
-    read_query = search.ReadQuery(text="gateway log", vector=vector, tsquery=None)
+    read_query = search.ReadQuery(text="gateway log", vector=search.QueryVector(vector), tsquery=None)
 
     policy = access.read_policy(caller=people.caller(people.ada), as_of=timezone.now())
     with transaction.atomic(), search.index_settings():
@@ -160,7 +160,8 @@ def test_a_ts_rank_ranking_reads_its_score_in_the_row_check(people, shared_fragm
 def test_the_row_check_is_one_statement_whatever_the_number_of_candidates_and_none_for_none(people, shared_fragment,
                                                                           django_assert_num_queries):
     pks = [shared_fragment(f"Gateway log rotation note {n}.").pk for n in range(12)]
-    read_query = search.ReadQuery(text="gateway", vector=get_embedder().embed(["gateway"])[0], tsquery=None)
+    read_query = search.ReadQuery(text="gateway", vector=search.QueryVector(get_embedder().embed(["gateway"])[0]),
+                                   tsquery=None)
     policy = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
     for count in (0, 1, 12):
         with django_assert_num_queries(1 if count else 0):
