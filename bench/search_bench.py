@@ -24,7 +24,7 @@ For each size:
 * steady: after those passes, each query through the search and through its
   floor in sequence in turn, which goes first alternating, with every
   reader's predicate compiled and every query seen by both (a long-running
-  worker's searches; the search pass above includes each reader's first);
+  worker's searches; the search pass above includes most readers' first);
 * recording the read: the receipt as search writes it, joining the
   workspace's hash chain, and the chain's one statement alone;
 * recall@10 of the filtered HNSW query (iterative scan) against an exact
@@ -351,14 +351,10 @@ def floor_in_sequence(queries: list[str], readers: list, now: dt.datetime, depth
     its index statement, one query after the other (the floor's parts below are
     each timed back to back: the encoder, run again and again, answers faster
     than it does between other work, as each search's embedding runs)."""
-    whole, embedding, statement = [], [], []
-    for query, caller in zip(queries, readers, strict=True):
-        parts = floor_once(query, caller, now, depth)
-        whole.append(parts[0])
-        embedding.append(parts[1])
-        statement.append(parts[2])
-    return {"floor_in_sequence": summary(whole), "floor_in_sequence_embedding": summary(embedding),
-            "floor_in_sequence_statement": summary(statement)}
+    whole, embedding, statement = zip(*(floor_once(query, caller, now, depth)
+                                        for query, caller in zip(queries, readers, strict=True)), strict=True)
+    return {"floor_in_sequence": summary(list(whole)), "floor_in_sequence_embedding": summary(list(embedding)),
+            "floor_in_sequence_statement": summary(list(statement))}
 
 
 def floor_once(query: str, caller, now: dt.datetime, depth: int) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
@@ -389,7 +385,7 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
     query has been through both paths once; then each query through the
     search and through its floor in turn, which goes first alternating, so
     both meet the same machine and the same caches. (The passes above time
-    the search first, with each reader's first search, which compiles the
+    the search first, with most readers' first search, which compiles the
     reader's predicate, and the floor after it, on what the search just read.)"""
     searched, floors = [], []
     before = phase_seconds()
