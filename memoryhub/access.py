@@ -894,7 +894,13 @@ class And(Rule):
         return combined
 
     def holds(self, facts: Facts) -> bool:
-        return all(rule.holds(facts) for rule in self.rules)
+        # A loop, not all() over a generator: a search checks its reader's rule
+        # on each of about 80 rows, and with the generators' frames that took
+        # 4.7 us a row against 3.2 (the row check's own rows, at 10k).
+        for rule in self.rules:  # noqa: SIM110 - see above
+            if not rule.holds(facts):
+                return False
+        return True
 
     def first_failure(self, facts: Facts) -> str | None:
         for rule in self.rules:
@@ -918,7 +924,10 @@ class Or(Rule):
         return combined
 
     def holds(self, facts: Facts) -> bool:
-        return any(rule.holds(facts) for rule in self.rules)
+        for rule in self.rules:  # noqa: SIM110 - a loop, as And.holds
+            if rule.holds(facts):
+                return True
+        return False
 
 
 @dataclass(frozen=True)
