@@ -51,6 +51,7 @@ import datetime as dt
 import json
 import random
 import re
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -378,6 +379,16 @@ def floor_once(query: str, caller, now: dt.datetime, depth: int) -> tuple[float,
     return (finished - started) * 1000, (embedded - started) * 1000, (finished - embedded) * 1000
 
 
+# A search's statements by what they do, told apart by their text (the first
+# match wins): the index statement is the one its floor runs too.
+STATEMENTS = (("index", "WITH pool"), ("prologue", "tsvector_to_array"), ("receipt", "WITH link AS"),
+              ("row_check", '"memoryhub_fragment"."tenant_id"'))
+
+
+def statement_kind(sql: str) -> str:
+    return next((kind for kind, text in STATEMENTS if text in sql), "other")
+
+
 def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # type: ignore[type-arg]
            memory_search: Callable[[Any, str], object]) -> dict:
     """The search beside its floor as a long-running worker meets them: run
@@ -386,20 +397,55 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
     search and through its floor in turn, which goes first alternating, so
     both meet the same machine and the same caches. (The passes above time
     the search first, with most readers' first search, which compiles the
-    reader's predicate, and the floor after it, on what the search just read.)"""
+    reader's predicate, and the floor after it, on what the search just read.)
+
+    Each search's statements are timed too, from the moment each is sent
+    until its rows are read (a wrapper around Django's cursor): the index
+    statement, which the floor runs as well, the three others (the prologue,
+    the row check, the receipt) and any other, so what the search spends
+    beyond its floor splits into those statements and the rest (the query's
+    embedding, in the floor too, and the search's own Python)."""
+    from django.db import connection
+
     searched, floors = [], []
+    spent: dict[str, list[float]] = {kind: [] for kind, _ in (*STATEMENTS, ("other", ""))}
+    this_search: dict[str, float] = {}
+
+    def timed_statement(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            kind = statement_kind(sql)
+            this_search[kind] = this_search.get(kind, 0.0) + (time.perf_counter() - started) * 1000
+
     before = phase_seconds()
     for index, (query, caller) in enumerate(zip(queries, readers, strict=True)):
         for path in ("search", "floor") if index % 2 == 0 else ("floor", "search"):
             if path == "search":
-                searched += timed(lambda q=query, c=caller: memory_search(c, q), 1)
+                this_search.clear()
+                with connection.execute_wrapper(timed_statement):
+                    searched += timed(lambda q=query, c=caller: memory_search(c, q), 1)
+                for kind, times in spent.items():
+                    times.append(this_search.get(kind, 0.0))
             else:
                 floors.append(floor_once(query, caller, now, depth)[0])
     # The floor runs no phase timer: these are the searches'.
     phases = {name: round((seconds - before.get(name, 0.0)) * 1000 / len(queries), 2)
               for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
+    others = [sum(spent[kind][at] for kind in ("prologue", "row_check", "receipt", "other"))
+              for at in range(len(searched))]
+    beyond = [total - spent["index"][at] - others[at] for at, total in enumerate(searched)]
     return {"search_steady": summary(searched), "floor_in_sequence_steady": summary(floors),
-            "search_steady_phases_mean_ms": phases}
+            "search_steady_phases_mean_ms": phases,
+            # ms a search, p50 and mean: each statement, the three beside the index statement, and
+            # the search less all four.
+            "search_steady_statements": {
+                **{kind: {"p50_ms": round(statistics.median(times), 2), "mean_ms": round(statistics.mean(times), 2)}
+                   for kind, times in spent.items()},
+                "prologue_row_check_receipt_and_other": summary(others),
+                "search_less_its_statements": summary(beyond),
+            }}
 
 
 def receipt_cost(callers: list, rng: random.Random, count: int = 200) -> dict:  # type: ignore[type-arg]
