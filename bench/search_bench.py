@@ -213,6 +213,12 @@ def phase_seconds() -> dict[str, float]:
     return totals
 
 
+def phase_means_since(before: dict[str, float], searches: int) -> dict[str, float]:
+    """Each phase's mean ms over the `searches` run since `before` (phase_seconds() then)."""
+    return {name: round((seconds - before.get(name, 0.0)) * 1000 / searches, 2)
+            for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
+
+
 def run(size: int, queries: list[str], rng: random.Random) -> dict:
     from django.db import connection, transaction
     from django.db.models import ExpressionWrapper, F, FloatField
@@ -248,9 +254,7 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
         samples += timed(lambda q=query, c=caller: memory_search(c, q), 1)
     result["search"] = summary(samples)
     # Where those searches spent their time, by the product's own phase timers.
-    result["search_phases_mean_ms"] = {
-        name: round((seconds - before.get(name, 0.0)) * 1000 / len(queries), 2)
-        for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
+    result["search_phases_mean_ms"] = phase_means_since(before, len(queries))
 
     now = timezone.now()
     DEPTH = search.candidate_pool(10)  # noqa: N806 - what the ranking asks of each index
@@ -408,7 +412,7 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
     from django.db import connection
 
     searched, floors = [], []
-    spent: dict[str, list[float]] = {kind: [] for kind, _ in (*STATEMENTS, ("other", ""))}
+    spent: dict[str, list[float]] = {kind: [] for kind in (*(kind for kind, _ in STATEMENTS), "other")}
     this_search: dict[str, float] = {}
 
     def timed_statement(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
@@ -431,8 +435,7 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
             else:
                 floors.append(floor_once(query, caller, now, depth)[0])
     # The floor runs no phase timer: these are the searches'.
-    phases = {name: round((seconds - before.get(name, 0.0)) * 1000 / len(queries), 2)
-              for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
+    phases = phase_means_since(before, len(queries))
     others = [sum(spent[kind][at] for kind in ("prologue", "row_check", "receipt", "other"))
               for at in range(len(searched))]
     beyond = [total - spent["index"][at] - others[at] for at, total in enumerate(searched)]
