@@ -1241,6 +1241,23 @@ class FragmentValues:
                 del self.__dict__[name]
             self._read, self._later, self._convert = values.keys(), later, convert
 
+    @classmethod
+    def of_row(cls, names: Sequence[str], values: Iterable[Any], *, later: Sequence[str] = (),
+               convert: Callable[[str, Any], Any] | None = None) -> FragmentValues:
+        """A row read by position: `values` in the order of `names`; the
+        names in `later` are kept as the database sent them (as `later`
+        above). The same as building one from a dict of them, without the
+        dict: a search's row check builds one for every candidate."""
+        row = cls.__new__(cls)
+        state = row.__dict__
+        state.update(zip(names, values, strict=True))
+        state["pk"] = state["id"]
+        if later:
+            assert convert is not None
+            state["_later"] = {name: state.pop(name) for name in later}
+            state["_read"], state["_convert"] = names, convert
+        return row
+
     def __getattr__(self, name: str) -> Any:
         # Reached only for a name not yet read as a value: one still as the
         # database sent it, or one that was not read (declared too so that

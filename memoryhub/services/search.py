@@ -1881,14 +1881,13 @@ def _checked_rows(
     alarms = []
     lowers_asking = ranking.fusion == "weighted" and bool(ranking.asking_weight)
     now, later = _converted_when(names, converters)
+    later_names = tuple(name for name, _ in later.indexes)
     for read in fetched:
         values = list(read)
         for index, expression, functions in now:
             for function in functions:
                 values[index] = function(values[index], expression, connection)
-        row = access.FragmentValues(dict(zip(names, values, strict=True)),
-                                    later={name: values[index] for name, index in later.indexes},
-                                    convert=later.convert)
+        row = access.FragmentValues.of_row(names, values, later=later_names, convert=later.convert)
         refusal = row_refusal(policy, row)
         if refusal is None:
             rows[row.pk] = row
