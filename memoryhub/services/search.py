@@ -664,7 +664,8 @@ def _execute(
     # Only what may be served is built into fragments, rendered with its
     # collection, source, agents and documents (the row check read them).
     with phase("serving"):
-        ranked = [Hit(fragment=_served(rows[pk]), score=score, ordering=ordering)
+        building = _Building()
+        ranked = [Hit(fragment=_served(rows[pk], building), score=score, ordering=ordering)
                   for pk, score, ordering in matches]
         provenance = provenance_for(caller, [hit.fragment for hit in ranked],
                                     named_agent_ids=policy.named_agent_ids, audience=policy.audience,
@@ -1567,7 +1568,25 @@ def row_refusal(policy: ReadPolicy, row: access.FragmentValues) -> str | None:
     return policy.refusal(row)
 
 
-def _partial(model: type[M], values: dict[str, Any]) -> M:
+class _Building:
+    """How a search's served rows are built into instances (_partial): the
+    connection's alias, and whether each model is built plainly, read once
+    for all of a search's hits rather than for every instance (a hit is
+    about five of them)."""
+
+    def __init__(self) -> None:
+        self.alias = connection.alias
+        self._plain: dict[type[Model], bool] = {}
+
+    def plain(self, model: type[Model]) -> bool:
+        found = self._plain.get(model)
+        if found is None:
+            found = self._plain[model] = (_plainly_built(model) and not signals.pre_init.has_listeners(model)
+                                          and not signals.post_init.has_listeners(model))
+        return found
+
+
+def _partial(model: type[M], values: dict[str, Any], building: _Building) -> M:
     """An instance of `model` with these fields loaded (any other is read from
     the database if used), as Model.from_db gives it. For a model that keeps
     Django's own __init__ and from_db, without receivers of its pre_init or
@@ -1576,14 +1595,13 @@ def _partial(model: type[M], values: dict[str, Any]) -> M:
     its loaded fields set without Model.__init__'s walk over every field:
     building the few hits a search serves was mostly that walk."""
     names = _loaded_names(model)
-    if (not _plainly_built(model) or signals.pre_init.has_listeners(model)
-            or signals.post_init.has_listeners(model)):
+    if not building.plain(model):
         loaded = [name for name in names if name in values]
-        return model.from_db(connection.alias, loaded, [values[name] for name in loaded])
+        return model.from_db(building.alias, loaded, [values[name] for name in loaded])
     instance = model.__new__(model)
     instance.__dict__.update({name: values[name] for name in names if name in values})
     state = instance._state = ModelState()
-    state.adding, state.db = False, connection.alias
+    state.adding, state.db = False, building.alias
     return instance
 
 
@@ -1597,11 +1615,12 @@ def _plainly_built(model: type[Model]) -> bool:
     return model.__init__ is Model.__init__ and model.from_db.__func__ is Model.from_db.__func__  # type: ignore[attr-defined]
 
 
-def _from_json(model: type[Model], rows: list[dict[str, Any]] | None) -> list[Model]:
+def _from_json(model: type[Model], rows: list[dict[str, Any]] | None, building: _Building) -> list[Model]:
     """Instances of `model` from the JSON rows of access.fact_columns, each field as the
     database would have handed it over."""
     fields = model._meta.concrete_fields
-    return [_partial(model, {item.attname: item.to_python(row[item.attname]) for item in fields}) for row in rows or ()]
+    return [_partial(model, {item.attname: item.to_python(row[item.attname]) for item in fields}, building)
+            for row in rows or ()]
 
 
 class _ReadAlready(QuerySet):  # type: ignore[type-arg]
@@ -1653,21 +1672,23 @@ def _prefetched(instance: Model, name: str, objects: list[Model]) -> None:
         **getattr(instance, "_prefetched_objects_cache", {}), name: queryset}
 
 
-def _served(row: access.FragmentValues) -> Fragment:
+def _served(row: access.FragmentValues, building: _Building) -> Fragment:
     """The fragment of a row the row check passed, with its collection (its
     name), its source (its agent's name), its agents and its documents, from
-    what the row check read: rendering it sends no statement."""
+    what the row check read: rendering it sends no statement. `building`:
+    shared by the hits of one search."""
     read = row.converted()
-    fragment = _partial(Fragment, read)
-    _prefetched(fragment, "agents", _from_json(Agent, read["facts_agents"]))
-    _prefetched(fragment, "resources", _from_json(Resource, read["facts_resources"]))
+    fragment = _partial(Fragment, read, building)
+    _prefetched(fragment, "agents", _from_json(Agent, read["facts_agents"], building))
+    _prefetched(fragment, "resources", _from_json(Resource, read["facts_resources"], building))
     if fragment.collection_id is not None:
         fragment.collection = _partial(  # type: ignore[assignment]
-            Collection, {"id": fragment.collection_id, "name": read["shown_collection_name"]})
+            Collection, {"id": fragment.collection_id, "name": read["shown_collection_name"]}, building)
     if fragment.source_id is not None:
         agent_id = read["facts_source_agent_id"]
-        source = _partial(Source, {"id": fragment.source_id, "agent_id": agent_id})
-        source.agent = _partial(Agent, {"id": agent_id, "name": read["shown_source_agent_name"]})  # type: ignore[attr-defined]
+        source = _partial(Source, {"id": fragment.source_id, "agent_id": agent_id}, building)
+        source.agent = _partial(  # type: ignore[attr-defined]
+            Agent, {"id": agent_id, "name": read["shown_source_agent_name"]}, building)
         fragment.source = source  # type: ignore[assignment]
     return fragment
 

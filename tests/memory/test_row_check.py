@@ -113,7 +113,7 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
         # A served row renders from what was read: its collection, its source's
         # agent, its agents and documents, without a statement.
         with django_assert_num_queries(0):
-            fragment = search._served(turn)
+            fragment = search._served(turn, search._Building())
             rendered = (fragment.collection.name, fragment.source.agent.name,
                         [agent.name for agent in fragment.agents.all()],
                         [resource.external_id for resource in fragment.resources.all()])
@@ -125,14 +125,14 @@ def test_the_row_checks_statement_reads_what_the_orm_reads(people, shared_fragme
         # Every field of every linked row a served fragment carries is the ORM's.
         linked = 0
         for pk, row in rows.items():
-            served, stored = search._served(row), Fragment.objects.get(pk=pk)
+            served, stored = search._served(row, search._Building()), Fragment.objects.get(pk=pk)
             for name in ("agents", "resources"):
                 got = [field_values(item) for item in getattr(served, name).all()]
                 assert got == [field_values(item) for item in getattr(stored, name).order_by("pk")], name
                 linked += len(got)
         assert linked >= 3
         with django_assert_num_queries(0):
-            alone = search._served(rows[own.pk])
+            alone = search._served(rows[own.pk], search._Building())
             assert (alone.collection, alone.source, list(alone.agents.all()), list(alone.resources.all())) == (
                 None, None, [], [])
         assert rows[own.pk].facts_agents is None and rows[own.pk].shown_collection_name is None
@@ -258,11 +258,11 @@ def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relati
 
     read_values = read
     with django_assert_num_queries(0):
-        served = search._served(rows[shared.pk])
+        served = search._served(rows[shared.pk], search._Building())
     alike(served, Fragment, names)
     assert {"search_vector", "context", "embedding"} <= served.get_deferred_fields()
     read_values = {"id": shared.collection_id, "name": "ops", "not-a-field": 1}
-    alike(search._partial(Collection, read_values), Collection, ["id", "name"])
+    alike(search._partial(Collection, read_values, search._Building()), Collection, ["id", "name"])
 
     # Where something would miss Model.__init__, from_db builds it.
     heard = []
@@ -272,7 +272,7 @@ def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relati
 
     signals.post_init.connect(receiver, sender=Collection)
     try:
-        built = search._partial(Collection, read_values)
+        built = search._partial(Collection, read_values, search._Building())
     finally:
         signals.post_init.disconnect(receiver, sender=Collection)
     assert heard == [built] and built.name == "ops"
@@ -287,7 +287,7 @@ def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relati
     search._plainly_built.cache_clear()
     monkeypatch.setattr(Collection, "__init__", own_init)
     try:
-        built = search._partial(Collection, read_values)
+        built = search._partial(Collection, read_values, search._Building())
     finally:
         monkeypatch.undo()
         search._plainly_built.cache_clear()
