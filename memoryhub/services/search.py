@@ -47,7 +47,7 @@ import threading
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, get_args, get_origin, get_type_hints
@@ -1751,9 +1751,7 @@ class RowCheckStatement:
         if distance is not None:
             ids, vector = distance
             select.append(self.distance)
-            # The ids as an array's text: an empty list would go untyped, a list of ids as uuid[], and
-            # each way of sending would prepare the same text once more.
-            params += ["{" + ",".join(str(pk) for pk in ids) + "}", vector.to_text()]
+            params += [ids_array_text(ids), vector.to_text()]
             names.append("distance")
         first = len(names)
         for name, expression in scores:
@@ -1766,6 +1764,14 @@ class RowCheckStatement:
                  for index, expression, found in _converters([expression for _, expression in scores])]
         return (f"SELECT {', '.join(select)} {self.tables}", params,  # noqa: S608 - our models' names
                 [*names, *(name for name, _ in scores)], [*self.converters, *added])
+
+
+def ids_array_text(ids: Iterable[uuid.UUID]) -> str:
+    """Ids as the text of an array, which the statement casts to uuid[]: an
+    empty list would go untyped, a list of ids as uuid[], and each way of
+    sending would prepare the same text once more; and psycopg dumps a list
+    of ids one by one (70 us for a row check's 83, against 37 as text)."""
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
 @functools.cache
@@ -1896,7 +1902,7 @@ def _checked_rows(
     sql, params, names, converters = row_check_statement(
         load_embeddings, connection.timezone_name, connection.timezone).with_scores(scores, distance=distance_of)
     with prepared(), connection.cursor() as cursor:
-        cursor.execute(sql, [*params, list(candidates)])
+        cursor.execute(sql, [*params, ids_array_text(candidates)])
         fetched = cursor.fetchall()
     rows: dict[uuid.UUID, access.FragmentValues] = {}
     alarms = []
