@@ -65,21 +65,24 @@ def provenance_for(
     private fragments that link documents, and one more only when a linked
     document changed since or a read of the past needs its history."""
     fragments = list(fragments)
+    # Each fragment's documents read once: every read of a relation makes
+    # its manager anew (a search's ten hits made forty).
+    documents_of = {fragment.pk: list(fragment.resources.all()) for fragment in fragments}
 
     private_links = {
-        resource.pk for fragment in fragments for resource in fragment.resources.all()
+        resource.pk for fragment in fragments for resource in documents_of[fragment.pk]
         if not _own_document(fragment, resource)
     }
     readable = access.readable_documents(reader, private_links, named_agent_ids=named_agent_ids,
                                          audience=audience) if private_links else frozenset()
-    groundings = _groundings(reader, fragments, instant or timezone.now(), named_agent_ids=named_agent_ids,
-                             audience=audience)
+    groundings = _groundings(reader, fragments, documents_of, instant or timezone.now(),
+                             named_agent_ids=named_agent_ids, audience=audience)
     found = {}
     for fragment in fragments:
         agents = {agent.name for agent in fragment.agents.all()}
         if fragment.source is not None:
             agents.add(fragment.source.agent.name)
-        linked = sorted(fragment.resources.all(), key=lambda resource: resource.external_id)
+        linked = sorted(documents_of[fragment.pk], key=lambda resource: resource.external_id)
         shown = [r for r in linked if _own_document(fragment, r) or r.pk in readable]
         if shown:
             documents = tuple(DocumentRef(id=r.external_id, title=r.title, uri=r.uri) for r in shown)
@@ -96,8 +99,8 @@ def provenance_for(
 
 
 def _groundings(
-    reader: Caller, fragments: list[Fragment], instant: dt.datetime, *,
-    named_agent_ids: frozenset[int], audience: access.Audience | None,
+    reader: Caller, fragments: list[Fragment], documents_of: dict[uuid.UUID, list[Resource]], instant: dt.datetime,
+    *, named_agent_ids: frozenset[int], audience: access.Audience | None,
 ) -> dict[uuid.UUID, tuple[str, str]]:
     """The fragments that are no longer grounded at `instant`: a document they
     were linked to (not their own source's) holds other content by then
@@ -105,13 +108,14 @@ def _groundings(
 
     Who is told is memoryhub.access.document_history_told's decision; anyone
     else is told the stored status, exactly as if the document had not
-    changed: its history is the document's, not theirs."""
+    changed: its history is the document's, not theirs. `documents_of`:
+    each fragment's linked documents, by the fragment's id."""
     links = []
     for fragment in fragments:
         versions = fragment.grounded_versions or {}
         if not versions or (fragment.linked_at is not None and instant < fragment.linked_at):
             continue
-        for resource in fragment.resources.all():
+        for resource in documents_of[fragment.pk]:
             recorded = versions.get(str(resource.pk))
             if recorded is not None and not _own_document(fragment, resource):
                 links.append((fragment, resource, recorded))
