@@ -2063,7 +2063,8 @@ def ordered_matches(candidates: dict[uuid.UUID, Candidate], ranking: Ranking, *,
     order = fuse_scores(candidates, ranking, hedged=True) if is_hedged(query) else scores
     # Ties broken by id: the same rules, data and instant give the same order.
     matched = (pk for pk, score in scores.items() if is_match(candidates[pk], score))
-    return [(pk, scores[pk], order[pk]) for pk in sorted(matched, key=lambda pk: (-order[pk], str(pk)))]
+    # (A UUID compares as its number, which orders ids as their text does.)
+    return [(pk, scores[pk], order[pk]) for pk in sorted(matched, key=lambda pk: (-order[pk], pk))]
 
 
 _WORD = re.compile(r"[\w'-]+")
