@@ -65,8 +65,8 @@ def provenance_for(
     private fragments that link documents, and one more only when a linked
     document changed since or a read of the past needs its history."""
     fragments = list(fragments)
-    # Each fragment's documents read once: every read of a relation makes
-    # its manager anew (a search's ten hits made forty).
+    # Each fragment's documents read once (they were read two or three
+    # times): every read of a relation makes its manager anew.
     documents_of = {fragment.pk: list(fragment.resources.all()) for fragment in fragments}
 
     private_links = {

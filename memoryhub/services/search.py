@@ -1909,12 +1909,13 @@ def _checked_rows(
     lowers_asking = ranking.fusion == "weighted" and bool(ranking.asking_weight)
     now, later = _converted_when(names, converters)
     later_names = tuple(name for name, _ in later.indexes)
+    row_names = tuple(names)  # every row's own, read by its converted()
     for read in fetched:
         values = list(read)
         for index, expression, functions in now:
             for function in functions:
                 values[index] = function(values[index], expression, connection)
-        row = access.FragmentValues.of_row(names, values, later=later_names, convert=later.convert)
+        row = access.FragmentValues.of_row(row_names, values, later=later_names, convert=later.convert)
         refusal = row_refusal(policy, row)
         if refusal is None:
             rows[row.pk] = row
