@@ -110,29 +110,3 @@ def test_a_transaction_opened_by_hand_gets_its_planner_settings_back(people, sha
         connection.rollback()
         connection.set_autocommit(True)
 
-
-@pytest.mark.django_db(transaction=True)
-def test_a_served_fragment_is_built_as_django_builds_one_when_a_receiver_listens(people, shared_fragment):
-    """Served hits are built without Model.__init__ only while nothing listens
-    to their models' init signals: a receiver connected to them hears every
-    served fragment built, through Model.from_db, and the answer is the same."""
-    from django.db.models import signals
-
-    from memoryhub.models import Fragment
-
-    shared_fragment("Deploy the billing service on Tuesdays.")
-    bruno = people.caller(people.bruno)
-    plain = search_output(fragments_search(caller=bruno, query="billing deploy"))
-    heard: list[object] = []
-
-    def receiver(sender, instance, **kwargs):  # type: ignore[no-untyped-def]
-        heard.append(instance)
-
-    signals.post_init.connect(receiver, sender=Fragment)
-    try:
-        result = fragments_search(caller=bruno, query="billing deploy")
-    finally:
-        signals.post_init.disconnect(receiver, sender=Fragment)
-    assert [hit.fragment for hit in result.hits] == heard
-    assert heard and all(isinstance(fragment, Fragment) and not fragment._state.adding for fragment in heard)
-    assert search_output(result)["fragments"] == plain["fragments"]

@@ -314,6 +314,92 @@ def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relati
     assert served.context == Fragment.objects.get(pk=shared.pk).context
 
 
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_builds_its_hits_as_django_does_while_anything_listens_to_their_models(people, shared_fragment):
+    """Whether a model's instances may be built without Model.__init__ is
+    decided for each model a search serves, at that search: receivers
+    connected to Fragment's post_init and to Agent's pre_init, after a search
+    that had none, hear every served fragment (the very instances served) and
+    every agent it carries, and the answer is the same; a receiver of one
+    model's alone hears that model's."""
+    from django.db.models import signals
+
+    from memoryhub.mcp_adapter.render import search_output
+    from memoryhub.models import Agent
+
+    shared_fragment("Deploy the billing service on Tuesdays.")
+    bruno = people.caller(people.bruno)
+    plain = search_output(search.fragments_search(caller=bruno, query="billing deploy"))
+    fragments: list[object] = []
+    agents: list[object] = []
+
+    def heard_fragment(sender, instance, **kwargs):  # type: ignore[no-untyped-def]
+        fragments.append(instance)
+
+    def heard_agent(sender, args, kwargs, **rest):  # type: ignore[no-untyped-def]
+        agents.append(sender)
+
+    signals.post_init.connect(heard_fragment, sender=Fragment)
+    signals.pre_init.connect(heard_agent, sender=Agent)
+    try:
+        result = search.fragments_search(caller=bruno, query="billing deploy")
+    finally:
+        signals.post_init.disconnect(heard_fragment, sender=Fragment)
+        signals.pre_init.disconnect(heard_agent, sender=Agent)
+    served = [hit.fragment for hit in result.hits]
+    assert served and len(fragments) == len(served) and all(a is b for a, b in zip(fragments, served, strict=True))
+    # Its agents, and its source's agent.
+    carried = [agent for fragment in served for agent in fragment.agents.all()] + [
+        fragment.source.agent for fragment in served if fragment.source is not None]
+    assert carried and len(agents) == len(carried)
+    assert all(not fragment._state.adding and fragment._state.db == "default" for fragment in served)
+    assert search_output(result)["fragments"] == plain["fragments"]
+
+    # Each model on its own: with a receiver of Agent's alone, the fragments are built plainly and the agents not.
+    agents.clear()
+    signals.pre_init.connect(heard_agent, sender=Agent)
+    try:
+        again = search.fragments_search(caller=bruno, query="billing deploy")
+    finally:
+        signals.pre_init.disconnect(heard_agent, sender=Agent)
+    assert len(agents) == len(carried)
+    assert search_output(again)["fragments"] == plain["fragments"]
+
+
+def test_a_row_read_by_position_is_the_row_read_from_its_values():
+    """FragmentValues.of_row, as the row check builds its rows, gives what
+    FragmentValues gives from the same values by name: the same attributes
+    and pk, the same values left as the database sent them and converted once
+    when first read, the same converted() in the same order; and refuses
+    values that do not match the names."""
+    converted: list[str] = []
+
+    def convert(name: str, value: object) -> object:
+        converted.append(name)
+        return f"parsed {value}"
+
+    pk = uuid.uuid4()
+    names = ("id", "value", "facts_agents", "tenant_id")
+    values = [pk, "text", "[raw]", 7]
+    by_name = access.FragmentValues(dict(zip(names, values, strict=True)), later={"facts_agents": "[raw]"},
+                                    convert=convert)
+    by_position = access.FragmentValues.of_row(names, values, later=("facts_agents",), convert=convert)
+    for row in (by_name, by_position):
+        assert (row.pk, row.value, row.tenant_id) == (pk, "text", 7)
+        assert "facts_agents" not in vars(row)
+        assert row.facts_agents == "parsed [raw]" and row.facts_agents == "parsed [raw]"
+        with pytest.raises(AttributeError):
+            row.embedding  # noqa: B018
+    assert converted == ["facts_agents", "facts_agents"]  # once for each row
+    assert list(by_position.converted().items()) == list(by_name.converted().items()) == [
+        ("id", pk), ("value", "text"), ("facts_agents", "parsed [raw]"), ("tenant_id", 7)]
+    eager = access.FragmentValues.of_row(names, values)
+    assert eager.converted() == access.FragmentValues(dict(zip(names, values, strict=True))).converted()
+    assert eager.facts_agents == "[raw]"
+    with pytest.raises(ValueError):
+        access.FragmentValues.of_row(names, values[:-1])
+
 def test_a_rule_of_a_kind_the_check_does_not_know_is_given_the_linked_rows_and_one_without_them_fails():
     """reads_links takes a kind of rule facts_read does not know to read the
     linked rows; facts built without them refuse them to a rule that asks,
