@@ -1227,36 +1227,33 @@ class FragmentValues:
     reads it as it reads the model, so a read that checks many rows and serves
     a few (search's row check) builds model instances for those only.
 
-    `later`: values as the database sent them, converted by `convert(name,
-    value)` when first read (a row's JSON, most of which a check that refuses
-    or does not serve the row never reads)."""
+    `later`: the names of values kept as the database sent them, converted
+    by `convert(name, value)` when first read (a row's JSON, most of which a
+    check that refuses or does not serve the row never reads)."""
 
-    def __init__(self, values: dict[str, Any], *, later: dict[str, Any] | None = None,
+    def __init__(self, values: dict[str, Any], *, later: Sequence[str] = (),
                  convert: Callable[[str, Any], Any] | None = None) -> None:
-        self.__dict__.update(values)
-        self.pk = values["id"]
-        if later:
-            assert convert is not None
-            for name in later:
-                del self.__dict__[name]
-            self._read, self._later, self._convert = values.keys(), later, convert
+        self._fill(tuple(values), values.values(), later, convert)
 
     @classmethod
     def of_row(cls, names: Sequence[str], values: Iterable[Any], *, later: Sequence[str] = (),
                convert: Callable[[str, Any], Any] | None = None) -> FragmentValues:
-        """A row read by position: `values` in the order of `names`; the
-        names in `later` are kept as the database sent them (as `later`
-        above). The same as building one from a dict of them, without the
-        dict: a search's row check builds one for every candidate."""
+        """A row read by position: `values` in the order of `names`. The same
+        as building one from a dict of them, without the dict: a search's row
+        check builds one for every candidate."""
         row = cls.__new__(cls)
-        state = row.__dict__
+        row._fill(names, values, later, convert)
+        return row
+
+    def _fill(self, names: Sequence[str], values: Iterable[Any], later: Sequence[str],
+              convert: Callable[[str, Any], Any] | None) -> None:
+        state = self.__dict__
         state.update(zip(names, values, strict=True))
         state["pk"] = state["id"]
         if later:
             assert convert is not None
             state["_later"] = {name: state.pop(name) for name in later}
             state["_read"], state["_convert"] = names, convert
-        return row
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for a name not yet read as a value: one still as the

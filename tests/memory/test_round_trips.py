@@ -109,4 +109,3 @@ def test_a_transaction_opened_by_hand_gets_its_planner_settings_back(people, sha
     finally:
         connection.rollback()
         connection.set_autocommit(True)
-

@@ -314,7 +314,6 @@ def test_a_served_fragment_is_built_as_the_database_would_hand_it_and_its_relati
     assert served.context == Fragment.objects.get(pk=shared.pk).context
 
 
-
 @pytest.mark.django_db(transaction=True)
 def test_a_search_builds_its_hits_as_django_does_while_anything_listens_to_their_models(people, shared_fragment):
     """Whether a model's instances may be built without Model.__init__ is
@@ -382,8 +381,7 @@ def test_a_row_read_by_position_is_the_row_read_from_its_values():
     pk = uuid.uuid4()
     names = ("id", "value", "facts_agents", "tenant_id")
     values = [pk, "text", "[raw]", 7]
-    by_name = access.FragmentValues(dict(zip(names, values, strict=True)), later={"facts_agents": "[raw]"},
-                                    convert=convert)
+    by_name = access.FragmentValues(dict(zip(names, values, strict=True)), later=("facts_agents",), convert=convert)
     by_position = access.FragmentValues.of_row(names, values, later=("facts_agents",), convert=convert)
     for row in (by_name, by_position):
         assert (row.pk, row.value, row.tenant_id) == (pk, "text", 7)
@@ -399,6 +397,7 @@ def test_a_row_read_by_position_is_the_row_read_from_its_values():
     assert eager.facts_agents == "[raw]"
     with pytest.raises(ValueError):
         access.FragmentValues.of_row(names, values[:-1])
+
 
 def test_a_rule_of_a_kind_the_check_does_not_know_is_given_the_linked_rows_and_one_without_them_fails():
     """reads_links takes a kind of rule facts_read does not know to read the
