@@ -1401,7 +1401,7 @@ def bm25_statement(  # type: ignore[no-untyped-def]
     else:
         stats_sql, stats_params = reader_totals_sql(tallied)
     pool_sql, pool_params = "", ()
-    also_sql, also_params = "%s::uuid[]", [list(also)]
+    also_sql, also_params = "%s::uuid[]", [ids_array_text(also)]
     slot = compiled.slot if vector else None
     if slot is not None and compiled.nearest is not None:
         nearest_sql, nearest_params = compiled.nearest
