@@ -37,6 +37,7 @@ import asyncio
 import logging
 import os
 import tempfile
+import time
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -152,6 +153,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _arm(self, what: str, seconds: float) -> None:
         self._disarm()
         self._waiting_for = what
+        self._due = time.monotonic() + seconds
         self._deadline = self.loop.call_later(seconds, self._expired)
 
     def _disarm(self) -> None:
@@ -162,6 +164,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _expired(self) -> None:
         self._deadline = None
         if self.transport.is_closing():
+            return
+        left = self._due - time.monotonic()
+        if left > 0:
+            # The loop's timers may fire early: uvloop's count from the time its
+            # loop last read the clock, in whole milliseconds. A client always has
+            # its full time.
+            self._deadline = self.loop.call_later(left, self._expired)
             return
         if self.pipeline:
             # Requests wait behind one still being answered (reading is paused):

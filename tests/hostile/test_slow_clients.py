@@ -20,6 +20,7 @@ import httpx2
 import pytest
 
 from mcpapi.serving import GuardedHttpToolsProtocol
+from tests.conftest import poll
 
 HEADER_SECONDS = 1.0
 BODY_SECONDS = 2.0
@@ -54,6 +55,24 @@ def test_a_connection_that_sends_nothing_gets_408_and_is_closed(server):
     # before connect() returns here: ours starts before connecting.
     started = time.monotonic()
     sock = connect(server.url)
+    answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert HEADER_SECONDS <= time.monotonic() - started < HEADER_SECONDS + 5
+
+
+def test_a_deadline_whose_timer_fires_early_still_gives_the_client_its_full_time(server):
+    # The event loop's timers may fire a little early (uvloop counts from the
+    # time its loop last read the clock, in whole milliseconds); here the timer
+    # fires a whole second early, on the server's own loop.
+    started = time.monotonic()
+    sock = connect(server.url)
+    connections = server.server.server_state.connections
+    poll(lambda: len(connections) == 1, timeout=10, interval=0.01, what="the server to accept")
+    (protocol,) = connections
+    protocol.loop.call_soon_threadsafe(protocol._expired)
+    sock.settimeout(HEADER_SECONDS / 2)
+    with pytest.raises(TimeoutError):
+        sock.recv(1)
     answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert HEADER_SECONDS <= time.monotonic() - started < HEADER_SECONDS + 5
