@@ -45,6 +45,14 @@ def _application() -> Any:
     return build_asgi_application(django_app)
 
 
+@pytest.fixture
+def application() -> Any:
+    """Built before the test runs: the first build in a process sets Django up,
+    which configures logging anew and would drop the log capture of a test
+    already running."""
+    return _application()
+
+
 def test_a_worker_has_its_encoder_and_ranking_revision_before_it_says_it_has_started(cold) -> None:
     seen: dict[str, Any] = {}
     assert _started(_application(), seen) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
@@ -58,8 +66,8 @@ def test_a_worker_has_its_encoder_and_ranking_revision_before_it_says_it_has_sta
     ("get_embedder", "encoder failed to start", "digest", "encoder"),
     ("_ordering_code_digest", "ranking revision could not be worked out", "encoder", "digest"),
 ])
-def test_a_worker_whose_warm_up_fails_still_starts_and_says_why(cold, monkeypatch, caplog, broken, logged,
-                                                                ready, unready) -> None:
+def test_a_worker_whose_warm_up_fails_still_starts_and_says_why(cold, application, monkeypatch, caplog, broken,
+                                                                logged, ready, unready) -> None:
     """The encoder failing to load, or the ranking revision failing to be worked out: the other is still
     made ready, the worker still starts, and the log says what failed."""
     def failing() -> Any:
@@ -68,7 +76,7 @@ def test_a_worker_whose_warm_up_fails_still_starts_and_says_why(cold, monkeypatc
     monkeypatch.setattr(search, broken, failing)
     seen: dict[str, Any] = {}
     with caplog.at_level(logging.ERROR, logger="memoryhub.search"):
-        assert _started(_application(), seen) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+        assert _started(application, seen) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert seen[ready] is not None and seen[unready] is None
     failed = [record for record in caplog.records if logged in record.getMessage()]
     assert failed and f"{broken} is broken" in str(failed[0].exc_info[1])
