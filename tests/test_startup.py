@@ -9,6 +9,7 @@ before it gives the worker any request."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -102,3 +103,47 @@ def test_every_other_scope_passes_through_untouched() -> None:
         anyio.run(application, {"type": kind}, receive, nothing)
     assert seen == [("http", {"type": "http.request"}), ("websocket", {"type": "http.request"})]
     assert warmed == []
+
+
+@pytest.fixture
+def collector() -> Any:
+    """The test process's collector as it was, put back after the test."""
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+@pytest.mark.parametrize("settle", ["1", "0", None])
+def test_a_servers_worker_settles_its_heap_once_warm(collector, monkeypatch, settle) -> None:
+    """In a process mcpapi.serving started (MEMORYHUB_SETTLE_HEAP=1), the heap
+    is settled after the warm-up, before the worker says it has started; in
+    any other process the collector is left as it is."""
+    from mcpapi import serving
+    from memoryhub.mcp_adapter.wiring import WarmedAtStartup
+
+    if settle is None:
+        monkeypatch.delenv(serving.SETTLE_HEAP, raising=False)
+    else:
+        monkeypatch.setenv(serving.SETTLE_HEAP, settle)
+    monkeypatch.setenv(serving.YOUNG_THRESHOLD, "12345")
+    threshold = gc.get_threshold()
+    warmed: list[int] = []
+    seen: dict[str, Any] = {}
+
+    async def inner(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+
+    def sent(kind: str) -> None:
+        if kind == "lifespan.startup.complete":
+            seen.update(frozen=gc.get_freeze_count(), threshold=gc.get_threshold())
+
+    application = WarmedAtStartup(inner, warm=lambda: warmed.append(gc.get_freeze_count()))
+    assert lifespan_messages(application, on_send=sent) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert warmed == [0]
+    if settle == "1":
+        assert seen["frozen"] > 0 and seen["threshold"] == (12345, *threshold[1:])
+    else:
+        assert seen == {"frozen": 0, "threshold": threshold}

@@ -15,7 +15,7 @@ import anyio
 from django.conf import settings
 
 from mcpapi.gateway import GatewaySettings, build_app
-from mcpapi.serving import BODY_TIMEOUT_SECONDS
+from mcpapi.serving import BODY_TIMEOUT_SECONDS, settle_heap
 from memoryhub.runtime.bodies import BodyGuard
 
 
@@ -52,7 +52,8 @@ class WarmedAtStartup:
     """`app`, with `warm` run (on a worker thread) when the server starts,
     before `app` hears of it: a server gives a worker requests only once its
     lifespan startup is complete, so no request waits for what `warm` does (a
-    first search waited about half a second for the encoder to load)."""
+    first search waited about half a second for the encoder to load). Then,
+    in a server's worker, its heap is settled (mcpapi.serving.settle_heap)."""
 
     def __init__(self, app: Any, *, warm: Callable[[], None]) -> None:
         self.app = app
@@ -67,6 +68,7 @@ class WarmedAtStartup:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await anyio.to_thread.run_sync(self.warm)
+                settle_heap()
             return message
 
         await self.app(scope, received, send)

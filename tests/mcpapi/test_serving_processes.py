@@ -1,4 +1,5 @@
-"""mcpapi.serving's processes: one worker per core, each told its share of the cores."""
+"""mcpapi.serving's processes: one worker per core, each told its share of the
+cores and settling its heap once started."""
 
 from __future__ import annotations
 
@@ -18,17 +19,18 @@ def test_each_worker_gets_its_share_of_the_cores(monkeypatch, cpus: int, workers
     assert serving.cores_per_process(workers) == share
 
 
-def _answering(url: str, workers: int) -> dict[int, str | None]:
-    """Each worker process's share of the cores, as it reports it, once
-    requests (each on a connection of its own) have reached every worker."""
-    seen: dict[int, str | None] = {}
+def _answering(url: str, workers: int) -> dict[int, dict]:
+    """What each worker process reports (its share of the cores, its
+    collector's state), once requests (each on a connection of its own) have
+    reached every worker."""
+    seen: dict[int, dict] = {}
 
     def every_worker_answered() -> bool:
         try:
             answer = httpx2.get(url, timeout=5, trust_env=False).json()
         except httpx2.HTTPError:
             return False
-        seen[answer["pid"]] = answer["share"]
+        seen[answer["pid"]] = answer
         return len(seen) >= workers
 
     poll(every_worker_answered, timeout=120, interval=0.01, what=f"{workers} worker(s) to answer")
@@ -39,22 +41,45 @@ def _answering(url: str, workers: int) -> dict[int, str | None]:
 def test_the_worker_processes_are_started_with_their_share_unless_one_is_set(tmp_path, workers, preset) -> None:
     """`python -m mcpapi.serving`, run for real: one worker per core by default,
     each told its share of the cores; one worker gets them all; a share set
-    beforehand is kept."""
+    beforehand is kept. Every worker's heap is settled once it has started."""
     cores = os.cpu_count() or 1
     expected_workers = workers or cores
-    env = {key: value for key, value in os.environ.items()
-           if key not in (serving.CORES_PER_PROCESS, "MEMORYHUB_WORKERS", "PROMETHEUS_MULTIPROC_DIR")}
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)  # set: no metrics folder is made and left
+    env = _environment(tmp_path)
     if preset is not None:
         env[serving.CORES_PER_PROCESS] = preset
     port = free_port()
     process = spawn_uvicorn("plain", "tests.support.plain_app:app", port, env, tmp_path, workers=workers)
     try:
         wait_healthy(process, f"http://127.0.0.1:{port}")
-        shares = _answering(f"http://127.0.0.1:{port}/", expected_workers)
+        answers = _answering(f"http://127.0.0.1:{port}/", expected_workers)
     finally:
         process.stop()
     # Several workers are processes of their own; one alone is the server's.
-    assert (list(shares) == [process.pid]) if expected_workers == 1 else (
-        len(shares) == expected_workers and process.pid not in shares)
-    assert set(shares.values()) == {preset or str(max(1, cores // expected_workers))}
+    assert (list(answers) == [process.pid]) if expected_workers == 1 else (
+        len(answers) == expected_workers and process.pid not in answers)
+    assert {answer["share"] for answer in answers.values()} == {preset or str(max(1, cores // expected_workers))}
+    assert all(answer["frozen"] > 0 and answer["young"] == 20000 for answer in answers.values()), answers
+
+
+def _environment(tmp_path) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    env = {key: value for key, value in os.environ.items()
+           if key not in (serving.CORES_PER_PROCESS, "MEMORYHUB_WORKERS", "PROMETHEUS_MULTIPROC_DIR",
+                          serving.SETTLE_HEAP, serving.YOUNG_THRESHOLD)}
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)  # set: no metrics folder is made and left
+    return env
+
+
+@pytest.mark.parametrize(("settle", "threshold", "frozen", "young"), [
+    ("0", "5000", False, 700), ("1", "5000", True, 5000), ("1", "0", True, 1)])  # 700: Python's own
+def test_a_worker_settles_its_heap_as_configured(tmp_path, settle, threshold, frozen, young) -> None:
+    """MEMORYHUB_SETTLE_HEAP=0 leaves the collector as Python has it; the young
+    generation's threshold is the one set, and never 0 (no collection at all)."""
+    env = {**_environment(tmp_path), serving.SETTLE_HEAP: settle, serving.YOUNG_THRESHOLD: threshold}
+    port = free_port()
+    process = spawn_uvicorn("plain", "tests.support.plain_app:app", port, env, tmp_path, workers=1)
+    try:
+        wait_healthy(process, f"http://127.0.0.1:{port}")
+        (answer,) = _answering(f"http://127.0.0.1:{port}/", 1).values()
+    finally:
+        process.stop()
+    assert (answer["frozen"] > 0, answer["young"]) == (frozen, young), answer
