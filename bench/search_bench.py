@@ -5,6 +5,7 @@ search under the same visibility filter.
     python bench/search_bench.py                          # 10k and 100k, 200 / 100 queries
     python bench/search_bench.py --sizes 10000 --queries 300
     python bench/search_bench.py --rebuild                # regenerate the corpora
+    python bench/search_bench.py --settled                # the heap settled, as a server's worker has it
 
 For each size:
 * search: memory_search end to end (query embedding, role lookup, both index
@@ -27,6 +28,10 @@ For each size:
   worker's searches; the search pass above includes most readers' first);
 * recording the read: the receipt as search writes it, joining the
   workspace's hash chain, and the chain's one statement alone;
+* the time Python's cycle collector took, a search (all of the process's
+  collections while the searches ran, and the longest), in the first pass
+  and the steady one; with --settled the heap is settled after the warm-up
+  as a server's worker settles it (mcpapi.serving.settle_heap);
 * recall@10 of the filtered HNSW query (iterative scan) against an exact
   scan under the same predicate, for several hnsw.ef_search values: the raw
   top 10 of the index, and the top 10 search keeps (its candidate pool
@@ -40,7 +45,7 @@ corpus repeats each five times with another closing clause); 10% private to
 Each corpus is built once into the benchmark database and reused (--rebuild
 empties that database first); the HNSW and GIN indexes are rebuilt after the
 bulk load with maintenance_work_mem=1GB.
-Results: bench/results/search_bench.json. Run time on 2 cores: ~10 min for 10k, ~20 min more for
+Results: bench/results/search_bench.json (or --results NAME). Run time on 2 cores: ~10 min for 10k, ~20 min more for
 100k (most of it embedding the corpus; later runs reuse the stored corpora).
 """
 
@@ -201,6 +206,41 @@ def build(size: int, corpus: Corpus, rebuild: bool) -> None:
           flush=True)
 
 
+class Collector:
+    """Python's cycle collections while it listens (gc.callbacks): their time and the longest."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.total = self.longest = 0.0
+        self.counts = [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._heard)
+
+    def _heard(self, phase: str, info: dict) -> None:  # type: ignore[type-arg]
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        spent = (time.perf_counter() - self._started) * 1000
+        self.total += spent
+        self.longest = max(self.longest, spent)
+        self.counts[info["generation"]] += 1
+
+    def since(self, mark: tuple[float, list[int]], searches: int) -> dict:  # type: ignore[type-arg]
+        """What it heard since `mark` (taken with `mark()` before the searches)."""
+        total, counts = mark
+        return {"ms_per_search": round((self.total - total) / searches, 3),
+                "collections_by_generation": [now - then for now, then in zip(self.counts, counts, strict=True)],
+                "longest_ms_so_far": round(self.longest, 1)}
+
+    def mark(self) -> tuple[float, list[int]]:
+        self.longest = 0.0
+        return self.total, list(self.counts)
+
+
+COLLECTOR: Collector | None = None
+
+
 def phase_seconds() -> dict[str, float]:
     """The search phase timers' totals so far (observability.SEARCH_PHASE_SECONDS), by phase."""
     from prometheus_client import REGISTRY
@@ -219,7 +259,7 @@ def phase_means_since(before: dict[str, float], searches: int) -> dict[str, floa
             for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
 
 
-def run(size: int, queries: list[str], rng: random.Random) -> dict:
+def run(size: int, queries: list[str], rng: random.Random, *, settled: bool = False) -> dict:
     from django.db import connection, transaction
     from django.db.models import ExpressionWrapper, F, FloatField
     from django.test import override_settings
@@ -246,13 +286,23 @@ def run(size: int, queries: list[str], rng: random.Random) -> dict:
 
     for query, caller in list(zip(queries, readers, strict=True))[:10]:  # warm caches and the pool
         memory_search(caller, query)
+    if settled:
+        import os
 
-    result: dict = {"fragments": size, "queries": len(queries)}
+        from mcpapi.serving import SETTLE_HEAP, settle_heap
+
+        os.environ[SETTLE_HEAP] = "1"
+        settle_heap()
+
+    result: dict = {"fragments": size, "queries": len(queries), "heap_settled": settled}
     samples = []
     before = phase_seconds()
+    assert COLLECTOR is not None
+    heard = COLLECTOR.mark()
     for query, caller in zip(queries, readers, strict=True):
         samples += timed(lambda q=query, c=caller: memory_search(c, q), 1)
     result["search"] = summary(samples)
+    result["search_collector"] = COLLECTOR.since(heard, len(queries))
     # Where those searches spent their time, by the product's own phase timers.
     result["search_phases_mean_ms"] = phase_means_since(before, len(queries))
 
@@ -424,6 +474,8 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
             this_search[kind] = this_search.get(kind, 0.0) + (time.perf_counter() - started) * 1000
 
     before = phase_seconds()
+    assert COLLECTOR is not None
+    heard = COLLECTOR.mark()
     for index, (query, caller) in enumerate(zip(queries, readers, strict=True)):
         for path in ("search", "floor") if index % 2 == 0 else ("floor", "search"):
             if path == "search":
@@ -440,6 +492,8 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
               for at in range(len(searched))]
     beyond = [total - spent["index"][at] - others[at] for at, total in enumerate(searched)]
     return {"search_steady": summary(searched), "floor_in_sequence_steady": summary(floors),
+            # The collections of the searches and their floors, taken in turn, a search.
+            "steady_collector": COLLECTOR.since(heard, len(queries)),
             "search_steady_phases_mean_ms": phases,
             # ms a search, p50 and mean: each statement, the three beside the index statement, and
             # the search less all four.
@@ -495,7 +549,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", default="200,100", help="queries per size (one number, or one per size)")
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--settled", action="store_true",
+                        help="settle the heap after the warm-up, as a server's worker does (mcpapi.serving)")
+    parser.add_argument("--results", default="search_bench", help="name of the results file in bench/results")
     args = parser.parse_args()
+    global COLLECTOR
+    COLLECTOR = Collector()
     data = json.loads(DATA.read_text())
     seeds = [item["value"] for item in data["fragments"]]
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -515,9 +574,9 @@ def main() -> None:
             build(size, corpus, args.rebuild)
             rng = random.Random(7)
             queries = [q["query"] for q in rng.sample(data["queries"], min(count, len(data["queries"])))]
-            results[str(size)] = run(size, queries, rng)
+            results[str(size)] = run(size, queries, rng, settled=args.settled)
             print(json.dumps(results[str(size)], indent=1), flush=True)
-    path = write_results("search_bench", results)
+    path = write_results(args.results, results)
     print(f"wrote {path}")
 
 
