@@ -70,9 +70,6 @@ def test_a_deadline_whose_timer_fires_early_still_gives_the_client_its_full_time
     poll(lambda: len(connections) == 1, timeout=10, interval=0.01, what="the server to accept")
     (protocol,) = connections
     protocol.loop.call_soon_threadsafe(protocol._expired)
-    sock.settimeout(HEADER_SECONDS / 2)
-    with pytest.raises(TimeoutError):
-        sock.recv(1)
     answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert HEADER_SECONDS <= time.monotonic() - started < HEADER_SECONDS + 5
