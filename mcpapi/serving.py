@@ -170,10 +170,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         left = self._due - time.monotonic()
         if left > 0:
-            # The loop's timers may fire early: uvloop's count from the time its
+            # The loop's timers may fire early: uvloop counts from the time its
             # loop last read the clock, in whole milliseconds. A client always has
-            # its full time.
-            self._deadline = self.loop.call_later(left, self._expired)
+            # its full time. (A millisecond more: uvloop runs a shorter delay at once.)
+            self._deadline = self.loop.call_later(left + 0.001, self._expired)
             return
         if self.pipeline:
             # Requests wait behind one still being answered (reading is paused):
@@ -231,17 +231,33 @@ SETTLE_HEAP = "MEMORYHUB_SETTLE_HEAP"
 YOUNG_THRESHOLD = "MEMORYHUB_GC_YOUNG_THRESHOLD"
 
 
+def young_threshold() -> int:
+    """MEMORYHUB_GC_YOUNG_THRESHOLD (20000): a whole number of at least 1 (0
+    would stop the collector altogether), or ValueError saying what it must be."""
+    text = os.environ.get(YOUNG_THRESHOLD) or "20000"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{YOUNG_THRESHOLD} must be a whole number of at least 1 (new objects between two "
+                         f"collections of the young generation), not {text!r}")
+    return value
+
+
 def settle_heap() -> bool:
     """A server worker's heap, once its application has started (the encoder
     loaded and run once, the modules and the models' metadata read): what is
     garbage collected, the rest frozen (gc.freeze), and the young generation
     collected after MEMORYHUB_GC_YOUNG_THRESHOLD new objects (20000) rather
-    than Python's 700. Python's cycle collector then stops walking the
-    objects every request shares (about 150,000 of them) each time it
+    than Python's 700. Python's cycle collector then no longer walks the
+    objects every request shares (about 146,000 of them) each time it
     collects an older generation. Measured on the search at 10k, in one
-    process: the collector took 0.14-0.57 ms a search, with a full
-    collection of 63-81 ms about once in 200 searches; settled, 0.02-0.04 ms
-    and none (docs/benchmarks.md, "eighteenth step").
+    process: the collector took 0.66-0.69 ms a search and its floor, with a
+    full collection of about 100 ms every 400 of them; settled, 0.03-0.07 ms
+    and none, its longest collection 5-14 ms (docs/benchmarks.md,
+    "eighteenth step"). What a frozen cycle holds once it is garbage is never
+    freed: the objects of the warm-up, once.
 
     Only in a process main() started (it sets MEMORYHUB_SETTLE_HEAP to 1
     unless it is set already; 0 leaves the collector as Python has it), so
@@ -250,10 +266,10 @@ def settle_heap() -> bool:
     it settled."""
     if os.environ.get(SETTLE_HEAP) != "1":
         return False
+    young = young_threshold()
     gc.collect()
     gc.freeze()
-    # 0 would turn the collector off altogether.
-    gc.set_threshold(max(1, _int(YOUNG_THRESHOLD, 20000)), *gc.get_threshold()[1:])
+    gc.set_threshold(young, *gc.get_threshold()[1:])
     return True
 
 
@@ -266,6 +282,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     args = parser.parse_args(argv)
+    try:
+        young_threshold()  # a setting its workers would fail on stops the server before it starts them
+    except ValueError as error:
+        parser.error(str(error))
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
     workers = args.workers or default_workers()
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -29,6 +29,7 @@ caller, as `manage.py` does.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -60,6 +61,11 @@ def poll(condition: Callable[[], T], *, timeout: float = 30.0, interval: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up after {timeout:g} s waiting for {what or condition!r}")
         time.sleep(interval)
+
+
+# The test process is no server's worker, whatever the environment it was started
+# from says: its in-process servers leave its collector as it is (mcpapi.serving.settle_heap).
+os.environ.pop("MEMORYHUB_SETTLE_HEAP", None)
 
 
 # --------------------------------------------------------------------------- personas

@@ -52,8 +52,9 @@ class WarmedAtStartup:
     """`app`, with `warm` run (on a worker thread) when the server starts,
     before `app` hears of it: a server gives a worker requests only once its
     lifespan startup is complete, so no request waits for what `warm` does (a
-    first search waited about half a second for the encoder to load). Then,
-    in a server's worker, its heap is settled (mcpapi.serving.settle_heap)."""
+    first search waited about half a second for the encoder to load). In a
+    server's worker, its heap is settled (mcpapi.serving.settle_heap) once
+    `app` has started too, before the server hears that it has."""
 
     def __init__(self, app: Any, *, warm: Callable[[], None]) -> None:
         self.app = app
@@ -68,7 +69,11 @@ class WarmedAtStartup:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await anyio.to_thread.run_sync(self.warm)
-                settle_heap()
             return message
 
-        await self.app(scope, received, send)
+        async def sent(message: Any) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                settle_heap()
+            await send(message)
+
+        await self.app(scope, received, sent)

@@ -3,6 +3,7 @@ cores and settling its heap once started."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import httpx2
@@ -69,12 +70,11 @@ def _environment(tmp_path) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return env
 
 
-@pytest.mark.parametrize(("settle", "threshold", "frozen", "young"), [
-    ("0", "5000", False, 700), ("1", "5000", True, 5000), ("1", "0", True, 1)])  # 700: Python's own
-def test_a_worker_settles_its_heap_as_configured(tmp_path, settle, threshold, frozen, young) -> None:
-    """MEMORYHUB_SETTLE_HEAP=0 leaves the collector as Python has it; the young
-    generation's threshold is the one set, and never 0 (no collection at all)."""
-    env = {**_environment(tmp_path), serving.SETTLE_HEAP: settle, serving.YOUNG_THRESHOLD: threshold}
+@pytest.mark.parametrize(("settle", "frozen", "young"), [("0", False, None), ("1", True, 5000)])
+def test_a_worker_settles_its_heap_as_configured(tmp_path, settle, frozen, young) -> None:
+    """MEMORYHUB_SETTLE_HEAP=0 leaves the collector as Python has it (as this
+    process has it); 1 settles it with the young generation's threshold set."""
+    env = {**_environment(tmp_path), serving.SETTLE_HEAP: settle, serving.YOUNG_THRESHOLD: "5000"}
     port = free_port()
     process = spawn_uvicorn("plain", "tests.support.plain_app:app", port, env, tmp_path, workers=1)
     try:
@@ -82,4 +82,28 @@ def test_a_worker_settles_its_heap_as_configured(tmp_path, settle, threshold, fr
         (answer,) = _answering(f"http://127.0.0.1:{port}/", 1).values()
     finally:
         process.stop()
-    assert (answer["frozen"] > 0, answer["young"]) == (frozen, young), answer
+    assert (answer["frozen"] > 0, answer["young"]) == (frozen, young or gc.get_threshold()[0]), answer
+
+
+@pytest.mark.parametrize("threshold", ["0", "-5", "20k", "1.5"])
+def test_a_young_threshold_that_is_no_count_stops_the_server_before_it_starts(monkeypatch, capsys,
+                                                                             threshold) -> None:
+    """0 would stop the collector altogether; the server says what the setting
+    must be, and starts nothing."""
+    monkeypatch.setenv(serving.YOUNG_THRESHOLD, threshold)
+    names = (serving.SETTLE_HEAP, serving.CORES_PER_PROCESS, "PROMETHEUS_MULTIPROC_DIR")
+    before = {name: os.environ.get(name) for name in names}
+    with pytest.raises(SystemExit) as stopped:
+        serving.main(["tests.support.plain_app:app", "--port", str(free_port())])
+    assert stopped.value.code == 2
+    assert f"{serving.YOUNG_THRESHOLD} must be a whole number of at least 1" in capsys.readouterr().err
+    assert {name: os.environ.get(name) for name in names} == before
+
+
+@pytest.mark.parametrize(("text", "value"), [(None, 20000), ("", 20000), ("1", 1), ("700", 700), ("50000", 50000)])
+def test_the_young_threshold_is_read_as_set(monkeypatch, text, value) -> None:
+    if text is None:
+        monkeypatch.delenv(serving.YOUNG_THRESHOLD, raising=False)
+    else:
+        monkeypatch.setenv(serving.YOUNG_THRESHOLD, text)
+    assert serving.young_threshold() == value
