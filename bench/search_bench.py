@@ -227,7 +227,8 @@ class Collector:
         self.counts[info["generation"]] += 1
 
     def since(self, mark: tuple[float, list[int]], searches: int) -> dict:  # type: ignore[type-arg]
-        """What it heard since `mark` (taken with `mark()` before the searches)."""
+        """What it heard since `mark` (taken with `mark()` before the searches;
+        "longest_ms_so_far" is the longest since then)."""
         total, counts = mark
         return {"ms_per_search": round((self.total - total) / searches, 3),
                 "collections_by_generation": [now - then for now, then in zip(self.counts, counts, strict=True)],
@@ -236,9 +237,6 @@ class Collector:
     def mark(self) -> tuple[float, list[int]]:
         self.longest = 0.0
         return self.total, list(self.counts)
-
-
-COLLECTOR: Collector | None = None
 
 
 def phase_seconds() -> dict[str, float]:
@@ -259,7 +257,7 @@ def phase_means_since(before: dict[str, float], searches: int) -> dict[str, floa
             for name, seconds in phase_seconds().items() if seconds > before.get(name, 0.0)}
 
 
-def run(size: int, queries: list[str], rng: random.Random, *, settled: bool = False) -> dict:
+def run(size: int, queries: list[str], rng: random.Random, collector: Collector, *, settled: bool = False) -> dict:
     from django.db import connection, transaction
     from django.db.models import ExpressionWrapper, F, FloatField
     from django.test import override_settings
@@ -297,19 +295,18 @@ def run(size: int, queries: list[str], rng: random.Random, *, settled: bool = Fa
     result: dict = {"fragments": size, "queries": len(queries), "heap_settled": settled}
     samples = []
     before = phase_seconds()
-    assert COLLECTOR is not None
-    heard = COLLECTOR.mark()
+    heard = collector.mark()
     for query, caller in zip(queries, readers, strict=True):
         samples += timed(lambda q=query, c=caller: memory_search(c, q), 1)
     result["search"] = summary(samples)
-    result["search_collector"] = COLLECTOR.since(heard, len(queries))
+    result["search_collector"] = collector.since(heard, len(queries))
     # Where those searches spent their time, by the product's own phase timers.
     result["search_phases_mean_ms"] = phase_means_since(before, len(queries))
 
     now = timezone.now()
     DEPTH = search.candidate_pool(10)  # noqa: N806 - what the ranking asks of each index
     result.update(floor_in_sequence(queries, readers, now, DEPTH))
-    result.update(steady(queries, readers, now, DEPTH, memory_search))
+    result.update(steady(queries, readers, now, DEPTH, memory_search, collector))
 
     vectors = embedder.embed(queries)
     result["floor_query_embedding"] = summary(
@@ -444,7 +441,7 @@ def statement_kind(sql: str) -> str:
 
 
 def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # type: ignore[type-arg]
-           memory_search: Callable[[Any, str], object]) -> dict:
+           memory_search: Callable[[Any, str], object], collector: Collector) -> dict:
     """The search beside its floor as a long-running worker meets them: run
     after the passes above, so every reader's predicate is compiled and every
     query has been through both paths once; then each query through the
@@ -474,8 +471,7 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
             this_search[kind] = this_search.get(kind, 0.0) + (time.perf_counter() - started) * 1000
 
     before = phase_seconds()
-    assert COLLECTOR is not None
-    heard = COLLECTOR.mark()
+    heard = collector.mark()
     for index, (query, caller) in enumerate(zip(queries, readers, strict=True)):
         for path in ("search", "floor") if index % 2 == 0 else ("floor", "search"):
             if path == "search":
@@ -493,7 +489,7 @@ def steady(queries: list[str], readers: list, now: dt.datetime, depth: int,  # t
     beyond = [total - spent["index"][at] - others[at] for at, total in enumerate(searched)]
     return {"search_steady": summary(searched), "floor_in_sequence_steady": summary(floors),
             # The collections of the searches and their floors, taken in turn, a search.
-            "steady_collector": COLLECTOR.since(heard, len(queries)),
+            "steady_collector": collector.since(heard, len(queries)),
             "search_steady_phases_mean_ms": phases,
             # ms a search, p50 and mean: each statement, the three beside the index statement, and
             # the search less all four.
@@ -553,8 +549,7 @@ def main() -> None:
                         help="settle the heap after the warm-up, as a server's worker does (mcpapi.serving)")
     parser.add_argument("--results", default="search_bench", help="name of the results file in bench/results")
     args = parser.parse_args()
-    global COLLECTOR
-    COLLECTOR = Collector()
+    collector = Collector()
     data = json.loads(DATA.read_text())
     seeds = [item["value"] for item in data["fragments"]]
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -574,7 +569,7 @@ def main() -> None:
             build(size, corpus, args.rebuild)
             rng = random.Random(7)
             queries = [q["query"] for q in rng.sample(data["queries"], min(count, len(data["queries"])))]
-            results[str(size)] = run(size, queries, rng, settled=args.settled)
+            results[str(size)] = run(size, queries, rng, collector, settled=args.settled)
             print(json.dumps(results[str(size)], indent=1), flush=True)
     path = write_results(args.results, results)
     print(f"wrote {path}")
