@@ -67,6 +67,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Collection as CollectionOf
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from django.contrib.postgres.expressions import ArraySubquery
@@ -945,6 +946,110 @@ class Labelled(Rule):
         return None if self.rule.holds(facts) else self.text
 
 
+# --------------------------------------------------------------------------- a rule compiled over a row
+
+
+class _Writing:
+    """A compiled check being written (compiled_check): where each fact is
+    in the row, and the values the text names (its rules' values and the
+    refusals it returns), each by a name of its own, never by its text."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.places = {name: index for index, name in enumerate(names)}
+        self.constants: list[Any] = []
+
+    def fact(self, name: str) -> str | None:
+        place = self.places.get(ROW_FACT_NAMES.get(name, ""))
+        return None if place is None else f"v[{place}]"
+
+    def constant(self, value: Any) -> str:
+        self.constants.append(value)
+        return f"k{len(self.constants) - 1}"
+
+
+_COMPARED = {"lte": "<=", "lt": "<", "gt": ">"}
+
+
+def _holds_text(rule: Rule, writing: _Writing) -> str | None:
+    """`rule.holds` as one Python expression over the row `v`, or None when
+    it reads what a row read by position does not hold as a fact (its linked
+    rows) or is of a kind this does not know (a subclass included: it may
+    hold otherwise)."""
+    kind = type(rule)
+    if kind in (And, Or):
+        parts = [_holds_text(part, writing) for part in rule.rules]  # type: ignore[attr-defined]
+        if any(part is None for part in parts):
+            return None
+        if not parts:
+            return "True" if kind is And else "False"
+        return "(" + (" and " if kind is And else " or ").join(parts) + ")"  # type: ignore[arg-type]
+    if kind is Labelled:
+        return _holds_text(rule.rule, writing)  # type: ignore[attr-defined]
+    if kind is Nothing:
+        return "False"
+    if kind not in (Eq, In, NotIn, IsNull, Compare):
+        return None
+    fact = writing.fact(rule.name)  # type: ignore[attr-defined]
+    if fact is None:
+        return None
+    if kind is IsNull:
+        return f"({fact} is None)"
+    if kind is NotIn:
+        return f"({fact} not in {writing.constant(rule.values)})"  # type: ignore[attr-defined]
+    if kind is In:
+        return f"({fact} is not None and {fact} in {writing.constant(rule.values)})"  # type: ignore[attr-defined]
+    if kind is Eq:
+        return f"({fact} is not None and {fact} == {writing.constant(rule.value)})"  # type: ignore[attr-defined]
+    compared = _COMPARED.get(rule.op)  # type: ignore[attr-defined]
+    if compared is None:
+        return None
+    return f"({fact} is not None and {fact} {compared} {writing.constant(rule.value)})"  # type: ignore[attr-defined]
+
+
+def _failure_lines(rule: Rule, prefix: str, writing: _Writing, lines: list[str]) -> bool:
+    """Append to `lines` what `rule.first_failure` does, as statements that
+    return the first refusal (after `prefix`, the labels of the Ands around
+    it); False when some part cannot be written (_holds_text)."""
+    if type(rule) is And:
+        inner = f"{prefix}{rule.label}: " if rule.label else prefix
+        return all(_failure_lines(part, inner, writing, lines) for part in rule.rules)
+    holds = _holds_text(rule, writing)
+    if holds is None:
+        return False
+    refused = rule.text if type(rule) is Labelled else (rule.label or type(rule).__name__)  # type: ignore[attr-defined]
+    lines.append(f"if not {holds}: return {writing.constant(prefix + refused)}")
+    return True
+
+
+def compiled_check(rule: Rule, names: Sequence[str]) -> Callable[[Sequence[Any]], str | None] | None:
+    """`rule.first_failure` of a row read by position in the order of
+    `names` (the facts of a FragmentValues of those names, ROW_FACT_NAMES),
+    as Python written for it: each clause in order, each fact read where it
+    is in the row, returning the same refusal. None when the rule reads what
+    such a row does not hold as a fact (its linked rows) or holds a kind of
+    rule it does not know. Checking a search's candidates was mostly walking
+    the rule's objects and building each row's facts."""
+    writing = _Writing(names)
+    lines: list[str] = []
+    if not _failure_lines(rule, "", writing, lines):
+        return None
+    return _check_maker("".join(f"        {line}\n" for line in lines), len(writing.constants))(*writing.constants)
+
+
+@functools.lru_cache(maxsize=512)
+def _check_maker(body: str, count: int) -> Callable[..., Callable[[Sequence[Any]], str | None]]:
+    """The function that makes a check of this body given its `count`
+    values: compiled once for each shape of rule and row, whatever the
+    values (a reader's workspace, roles and instant)."""
+    values = ", ".join(f"k{index}" for index in range(count))
+    text = f"def make({values}):\n    def check(v):\n{body}        return None\n    return check\n"
+    namespace: dict[str, Any] = {}
+    # The text holds only places in the row, the values' names and Python's
+    # operators (_holds_text, _failure_lines): nothing of a value is in it.
+    exec(compile(text, "<access rule>", "exec"), namespace)  # noqa: S102
+    return namespace["make"]  # type: ignore[no-any-return]
+
+
 def as_of_rule(as_of: dt.datetime) -> Rule:
     """Decision 7: visible at T when recorded at or before T and not retired at or before T."""
     return Labelled(
@@ -1038,6 +1143,26 @@ class ReadPolicy:
     def refusal(self, fragment: Fragment | FragmentValues) -> str | None:
         """Layer 2: why this loaded row may not be served, or None when it may."""
         return self.rule.first_failure(fragment_facts(fragment, links=self.reads_links))
+
+    def row_check(self, names: Sequence[str], *, row: Callable[[Sequence[Any]], FragmentValues] | None = None,
+                  ) -> Callable[[Sequence[Any]], str | None]:
+        """Layer 2 for rows read by position, in the order of `names` (a
+        search's row check reads every candidate so): a row's refusal, as
+        `refusal` gives it of the same row read as values (`row` builds
+        those; FragmentValues.of_row by default). The rule is written once
+        into Python that reads each fact where it is in the row
+        (compiled_check); a rule that reads more than a row's own facts (its
+        linked rows, or a kind of rule compiled_check does not know) is
+        interpreted, each row built with `row`, as `refusal` does."""
+        check = compiled_check(self.rule, names)
+        if check is not None:
+            return check
+        build = row or (lambda values: FragmentValues.of_row(names, values))
+
+        def interpreted(values: Sequence[Any]) -> str | None:
+            return self.refusal(build(values))
+
+        return interpreted
 
     @functools.cached_property
     def reads_links(self) -> bool:
@@ -1135,23 +1260,24 @@ class _WithoutLinks(dict):  # type: ignore[type-arg]
         return super().__contains__(key)
 
 
+# A fragment's own columns fragment_facts gives as facts of the same names;
+# with them, its key (`pk`) and its source's agent (`source__agent_id`).
+_OWN_FACTS = ("tenant_id", "owner_user_id", "owner_agent_id", "collection_id", "source_id",
+              "recorded_at", "retired_at", "created_at")
+
+# Where each fact fragment_facts gives of a row read as values (FragmentValues)
+# is, by the name of the row's value: what a compiled check reads (row_check).
+ROW_FACT_NAMES: Mapping[str, str] = MappingProxyType(
+    {"pk": "id", **{name: name for name in _OWN_FACTS}, "source__agent_id": "facts_source_agent_id"})
+
+
 def fragment_facts(fragment: Fragment | FragmentValues, *, links: bool = True) -> dict[str, Any]:
     """The row as the rule tree reads it. Load fragments with
     `with_access_facts()`, or read them as values with `fact_columns`, so
     this costs no extra queries. `links`: False leaves out the linked rows'
     facts (_LINK_FACTS), for a rule that does not read them."""
-    facts = {
-        "pk": fragment.pk,
-        "tenant_id": fragment.tenant_id,
-        "owner_user_id": fragment.owner_user_id,
-        "owner_agent_id": fragment.owner_agent_id,
-        "collection_id": fragment.collection_id,
-        "source_id": fragment.source_id,
-        "source__agent_id": _source_agent_id(fragment),
-        "recorded_at": fragment.recorded_at,
-        "retired_at": fragment.retired_at,
-        "created_at": fragment.created_at,
-    }
+    facts = {"pk": fragment.pk, **{name: getattr(fragment, name) for name in _OWN_FACTS},
+             "source__agent_id": _source_agent_id(fragment)}
     if links:
         facts.update(_link_facts(fragment))
         return facts

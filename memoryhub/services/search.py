@@ -47,7 +47,7 @@ import threading
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, get_args, get_origin, get_type_hints
@@ -699,7 +699,7 @@ def _execute(
 def scored_candidates(
     *, policy: ReadPolicy, query: str, query_vector: list[float] | Embedding | None, limit: int,
     deadline: Deadline, ranking: Ranking, load_embeddings: bool = False, lexemes: Sequence[str] | None = None,
-) -> tuple[dict[uuid.UUID, Candidate], dict[uuid.UUID, access.FragmentValues], list[str]]:
+) -> tuple[dict[uuid.UUID, Candidate], Mapping[uuid.UUID, access.FragmentValues], list[str]]:
     """Both index queries under the policy, then every candidate loaded, scored
     and checked again. Returns (candidates, rows that passed, alarmed ids).
     Run inside `index_settings()` (search_execute does); `lexemes`: the
@@ -1562,10 +1562,48 @@ def lexical_candidates(predicate, tsquery: SearchQuery, k: int, ranking: Ranking
 # --------------------------------------------------------------------------- layer 2: row check
 
 
-def row_refusal(policy: ReadPolicy, row: access.FragmentValues) -> str | None:
-    """Why this row may not be served (None: it may). A seam tests replace to
+def row_check(policy: ReadPolicy, names: Sequence[str], *,
+              row: Callable[[Sequence[Any]], access.FragmentValues]) -> Callable[[Sequence[Any]], str | None]:
+    """Why a row read by position, in the order of `names`, may not be served
+    (None: it may), as policy.row_check gives it (`row`: how a row is built
+    into values, where the rule is interpreted). A seam tests replace to
     prove the SQL predicate stands on its own."""
-    return policy.refusal(row)
+    return policy.row_check(names, row=row)
+
+
+class _RowsRead(Mapping[uuid.UUID, access.FragmentValues]):
+    """The rows the row check passed, by id, each kept as the values it read
+    and built into a FragmentValues when first looked up (fusion looks up a
+    document's fragments, serving the few it serves), or when an
+    interpreted rule reads it (build)."""
+
+    def __init__(self, names: tuple[str, ...], later: tuple[str, ...], convert: Callable[[str, Any], Any]) -> None:
+        self._names, self._later, self._convert = names, later, convert
+        self._pk_at = names.index("id")
+        self._values: dict[uuid.UUID, list[Any]] = {}
+        self._built: dict[uuid.UUID, access.FragmentValues] = {}
+
+    def add(self, pk: uuid.UUID, values: list[Any]) -> None:
+        self._values[pk] = values
+
+    def build(self, values: Sequence[Any]) -> access.FragmentValues:
+        """The row of these values, built (and kept, should it pass)."""
+        built = self._built[values[self._pk_at]] = access.FragmentValues.of_row(
+            self._names, values, later=self._later, convert=self._convert)
+        return built
+
+    def __getitem__(self, pk: uuid.UUID) -> access.FragmentValues:
+        built = self._built.get(pk)
+        return built if built is not None else self.build(self._values[pk])
+
+    def __contains__(self, pk: object) -> bool:
+        return pk in self._values
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 class _Building:
@@ -1825,15 +1863,36 @@ def row_check_statement(load_embeddings: bool, zone_name: str, zone: dt.tzinfo |
                              zoned=zoned, zone=zone, distance=distance)
 
 
-def _aware_in(zone: dt.tzinfo | None) -> Callable[[Any, Any, Any], Any]:
+def _aware_in(zone: dt.tzinfo | None) -> _Aware:
     """The converter of a timestamp the row check read as UTC's wall time,
     when that is the connection's zone: the value Django's loader of a
     timestamptz gives, the same wall time with the connection's tzinfo
     (`zone`: UTC's, or None with USE_TZ off)."""
-    def aware(value: dt.datetime | None, expression: Any, connection: Any) -> dt.datetime | None:
-        return None if value is None else value.replace(tzinfo=zone)
+    return _Aware(zone)
 
-    return aware
+
+@dataclass(frozen=True)
+class _Aware:
+    """_aware_in's converter; the row check applies it in its own loop, where
+    it knows one (_zoned)."""
+
+    zone: dt.tzinfo | None
+
+    def __call__(self, value: dt.datetime | None, expression: Any, connection: Any) -> dt.datetime | None:
+        return None if value is None else value.replace(tzinfo=self.zone)
+
+
+def _zoned(now: list[tuple[int, Any, list[Any]]],
+           ) -> tuple[tuple[int, ...], dt.tzinfo | None, list[tuple[int, Any, list[Any]]]]:
+    """Of the converters applied to every row, the columns whose one
+    converter is an _Aware (the row check gives them their zone in a loop of
+    its own, without a call for each value: most of converting a row), the
+    zone (one statement reads in one: RowCheckStatement.zone), and the other
+    columns' converters."""
+    zoned = {index: functions[0].zone for index, _, functions in now
+             if len(functions) == 1 and isinstance(functions[0], _Aware)}
+    assert len(set(zoned.values())) <= 1, "a row check reads its timestamps in one zone"
+    return tuple(zoned), next(iter(zoned.values()), None), [item for item in now if item[0] not in zoned]
 
 
 def _converters(expressions: Sequence[Any]) -> list[tuple[int, Any, list[Any]]]:
@@ -1882,13 +1941,14 @@ def _converted_when(names: Sequence[str], converters: Sequence[tuple[int, Any, l
 def _checked_rows(
     *, policy: ReadPolicy, candidates: dict[uuid.UUID, Candidate], read_query: ReadQuery, load_embeddings: bool,
     ranking: Ranking | None = None,
-) -> tuple[dict[uuid.UUID, access.FragmentValues], list[str]]:
+) -> tuple[Mapping[uuid.UUID, access.FragmentValues], list[str]]:
     """Load every candidate, give it its cosine similarity where the index
     queries did not (a candidate of the vector pool has it already), and its
     lexical score where they did not (BM25's statement scored every
-    candidate; a ts_rank ranking scores it here), and check it again. Rows
-    are read as values (access.FragmentValues): a served one is built into a
-    fragment afterwards (_served)."""
+    candidate; a ts_rank ranking scores it here), and check it again. Each
+    row is checked as read, by position (row_check); one that passes is
+    built into values (access.FragmentValues) when looked up (_RowsRead),
+    and a served one into a fragment afterwards (_served)."""
     if not candidates:
         return {}, []
     ranking = ranking or RANKING
@@ -1904,42 +1964,54 @@ def _checked_rows(
     with prepared(), connection.cursor() as cursor:
         cursor.execute(sql, [*params, ids_array_text(candidates)])
         fetched = cursor.fetchall()
-    rows: dict[uuid.UUID, access.FragmentValues] = {}
     alarms = []
     lowers_asking = ranking.fusion == "weighted" and bool(ranking.asking_weight)
     now, later = _converted_when(names, converters)
     later_names = tuple(name for name, _ in later.indexes)
     row_names = tuple(names)  # every row's own, read by its converted()
+    rows = _RowsRead(row_names, later_names, later.convert)
+    refusal_of = row_check(policy, row_names, row=rows.build)
+    place = {name: index for index, name in enumerate(row_names)}
+    pk_at, position_at, source_at = place["id"], place["position"], place["source_id"]
+    distance_at, lexical_at = place.get("distance"), place.get("lexical")
+    scores_lexically = ranking.lexical_ranker != "bm25"
+    zoned, zone, now = _zoned(now)
     for read in fetched:
         values = list(read)
+        for index in zoned:
+            value = values[index]
+            if value is not None:
+                values[index] = value.replace(tzinfo=zone)
         for index, expression, functions in now:
             for function in functions:
                 values[index] = function(values[index], expression, connection)
-        row = access.FragmentValues.of_row(row_names, values, later=later_names, convert=later.convert)
-        refusal = row_refusal(policy, row)
+        refusal = refusal_of(values)
+        pk = values[pk_at]
         if refusal is None:
-            rows[row.pk] = row
-            candidate = candidates[row.pk]
-            distance = getattr(row, "distance", None)
+            rows.add(pk, values)
+            candidate = candidates[pk]
+            distance = values[distance_at] if distance_at is not None else None
             if distance is not None:
                 candidate.vector_similarity = 1.0 - float(distance)
-            if ranking.lexical_ranker != "bm25":
-                candidate.lexical_score = float(getattr(row, "lexical", 0.0) or 0.0)
-            document = _own_document(row) if row.position is not None else None
-            if document is not None:
-                candidate.document, candidate.position = document, row.position
-                # Read only where fusion uses it (a document's fragment, see fuse_scores).
-                if lowers_asking:
-                    candidate.asking = asking_share(row.value)
+            if scores_lexically:
+                candidate.lexical_score = float((values[lexical_at] if lexical_at is not None else 0.0) or 0.0)
+            if values[position_at] is not None and values[source_at] is not None:  # a document's (_own_document)
+                row = rows[pk]
+                document = _own_document(row)
+                if document is not None:
+                    candidate.document, candidate.position = document, row.position
+                    # Read only where fusion uses it (a document's fragment, see fuse_scores).
+                    if lowers_asking:
+                        candidate.asking = asking_share(row.value)
             continue
-        alarms.append(str(row.pk))
+        alarms.append(str(pk))
         ENFORCEMENT_ALARMS.inc()
         enforcement_logger.warning(
             "row check refused a fragment the index query returned: tenant=%s fragment=%s reader=%s:%s reason=%s",
-            policy.caller.tenant.pk, row.pk, policy.caller.kind, policy.caller.subject, refusal,
+            policy.caller.tenant.pk, pk, policy.caller.kind, policy.caller.subject, refusal,
         )
         EnforcementAlarm.objects.create(
-            tenant=policy.caller.tenant, fragment_id=row.pk, subject=policy.caller.subject[:255],
+            tenant=policy.caller.tenant, fragment_id=pk, subject=policy.caller.subject[:255],
             principal_kind=policy.caller.kind, reason=refusal[:200],
         )
     return rows, alarms

@@ -202,7 +202,7 @@ def test_the_index_predicate_alone_excludes_what_may_not_be_seen(people, shared_
     secret = private_fragment(people.caller(people.cleo), "Cleo's salary negotiation target is confidential.")
     shared_fragment("Initech's salary benchmarks are confidential.", "accounts")
     mine = private_fragment(people.caller(people.bruno), "My salary review is in April.")
-    monkeypatch.setattr(search, "row_refusal", lambda policy, fragment: None)
+    monkeypatch.setattr(search, "row_check", lambda policy, names, **read: lambda values: None)
     assert _served(people.caller(people.bruno), "salary confidential") == {str(mine.pk)}
     assert str(secret.pk) not in _served(people.caller(people.carol), "salary confidential")
     assert not EnforcementAlarm.objects.exists()

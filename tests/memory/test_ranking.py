@@ -156,10 +156,11 @@ def test_a_neighbour_that_fails_the_row_check_helps_nobody(people, monkeypatch):
 
     refused = next(v for v in seen if "zanzibar" in v)
 
-    def refusal(policy, fragment):  # type: ignore[no-untyped-def]
-        return "test: refused" if fragment.value == refused else None
+    def row_check(policy, names, **read):  # type: ignore[no-untyped-def]
+        value = names.index("value")
+        return lambda values: "test: refused" if values[value] == refused else None
 
-    monkeypatch.setattr(search, "row_refusal", refusal)
+    monkeypatch.setattr(search, "row_check", row_check)
     again = {hit.fragment.value: hit.score for hit in fragments_search(caller=bruno, query="zanzibar festival").hits}
     assert refused not in again
     assert again["Melanie: Oh no."] < seen["Melanie: Oh no."]

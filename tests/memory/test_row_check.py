@@ -481,3 +481,41 @@ def test_a_candidate_keeps_the_distance_its_index_query_computed_and_the_row_che
                            ["%THEN (\"memoryhub_fragment\".\"embedding\" <=> $%"])
             assert cursor.fetchone()[0] == 1
     assert {pk: candidate.vector_similarity for pk, candidate in pool_only.items()} == dict.fromkeys(pool, 0.5)
+
+
+def test_a_row_is_built_into_values_when_looked_up_or_when_an_interpreted_rule_reads_it(
+        people, shared_fragment, monkeypatch):
+    """A person's rule is compiled and reads each candidate where it lies in
+    the row: no candidate is built into values until it is looked up (fusion
+    looks up a document's, serving what it serves), and then once. An
+    agent's rule reads the linked rows, so it is interpreted on each row
+    built once, and the row it passes is the one looked up."""
+    pks = [shared_fragment(f"Gateway log rotation note {n}.").pk for n in range(4)]
+    read_query = search.ReadQuery(text="gateway", vector=None, tsquery=None)
+    built: list[object] = []
+    of_row = access.FragmentValues.of_row
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        row = of_row(*args, **kwargs)
+        built.append(row)
+        return row
+
+    monkeypatch.setattr(access.FragmentValues, "of_row", counted)
+    person = access.read_policy(caller=people.caller(people.bruno), as_of=timezone.now())
+    rows, alarms = search._checked_rows(policy=person, candidates=_candidates(pks), read_query=read_query,
+                                        load_embeddings=False)
+    assert not alarms and set(rows) == set(pks) and len(rows) == 4 and pks[0] in rows
+    assert built == []
+    first = rows[pks[0]]
+    assert rows[pks[0]] is first and built == [first] and first.value == "Gateway log rotation note 0."
+
+    built.clear()
+    bot = people.caller(people.triage_bot)
+    own = [private_fragment(bot, f"Gateway restart note {n}.", embed=False).pk for n in range(2)]
+    agent = access.read_policy(caller=bot, as_of=timezone.now())
+    assert access.compiled_check(agent.rule, search.row_check_statement(
+        False, connection.timezone_name, connection.timezone).names) is None
+    rows, alarms = search._checked_rows(policy=agent, candidates=_candidates([*pks, *own]), read_query=read_query,
+                                        load_embeddings=False)
+    assert len(built) == 6 and len(alarms) == 4  # the wiki's, which it does not name
+    assert set(rows) == set(own) and all(any(rows[pk] is row for row in built) for pk in own) and len(built) == 6
