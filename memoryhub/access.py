@@ -959,7 +959,8 @@ class _Writing:
         self.constants: list[Any] = []
 
     def fact(self, name: str) -> str | None:
-        place = self.places.get(ROW_FACT_NAMES.get(name, ""))
+        column = ROW_FACT_NAMES.get(name)
+        place = None if column is None else self.places.get(column)
         return None if place is None else f"v[{place}]"
 
     def constant(self, value: Any) -> str:
@@ -1017,6 +1018,8 @@ def _failure_lines(rule: Rule, prefix: str, writing: _Writing, lines: list[str])
     if holds is None:
         return False
     refused = rule.text if type(rule) is Labelled else (rule.label or type(rule).__name__)  # type: ignore[attr-defined]
+    if not isinstance(refused, str):  # the interpreter returns it as it is
+        return False
     lines.append(f"if not {holds}: return {writing.constant(prefix + refused)}")
     return True
 
@@ -1026,14 +1029,22 @@ def compiled_check(rule: Rule, names: Sequence[str]) -> Callable[[Sequence[Any]]
     `names` (the facts of a FragmentValues of those names, ROW_FACT_NAMES),
     as Python written for it: each clause in order, each fact read where it
     is in the row, returning the same refusal. None when the rule reads what
-    such a row does not hold as a fact (its linked rows) or holds a kind of
-    rule it does not know. Checking a search's candidates was mostly walking
-    the rule's objects and building each row's facts."""
+    such a row does not hold as a fact (its linked rows), holds a kind of
+    rule it does not know or a refusal that is not text, or is nested deeper
+    than Python compiles, or when the row lacks a fact. Checking a search's
+    candidates was mostly walking the rule's objects and building each row's
+    facts."""
     writing = _Writing(names)
+    if not set(ROW_FACT_NAMES.values()) <= writing.places.keys():
+        return None  # fragment_facts reads every fact, and fails on such a row whatever the rule reads
     lines: list[str] = []
-    if not _failure_lines(rule, "", writing, lines):
+    try:
+        if not _failure_lines(rule, "", writing, lines):
+            return None
+        make = _check_maker("".join(f"        {line}\n" for line in lines), len(writing.constants))
+    except (RecursionError, SyntaxError):  # a rule nested deeper than Python's parser or stack goes
         return None
-    return _check_maker("".join(f"        {line}\n" for line in lines), len(writing.constants))(*writing.constants)
+    return make(*writing.constants)
 
 
 @functools.lru_cache(maxsize=512)

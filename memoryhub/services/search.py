@@ -1593,8 +1593,9 @@ class _RowsRead(Mapping[uuid.UUID, access.FragmentValues]):
         return built
 
     def __getitem__(self, pk: uuid.UUID) -> access.FragmentValues:
+        values = self._values[pk]  # only a row that passed: one an interpreted rule refused was built too
         built = self._built.get(pk)
-        return built if built is not None else self.build(self._values[pk])
+        return built if built is not None else self.build(values)
 
     def __contains__(self, pk: object) -> bool:
         return pk in self._values
@@ -1889,10 +1890,11 @@ def _zoned(now: list[tuple[int, Any, list[Any]]],
     its own, without a call for each value: most of converting a row), the
     zone (one statement reads in one: RowCheckStatement.zone), and the other
     columns' converters."""
-    zoned = {index: functions[0].zone for index, _, functions in now
-             if len(functions) == 1 and isinstance(functions[0], _Aware)}
-    assert len(set(zoned.values())) <= 1, "a row check reads its timestamps in one zone"
-    return tuple(zoned), next(iter(zoned.values()), None), [item for item in now if item[0] not in zoned]
+    aware = [(index, functions[0].zone) for index, _, functions in now
+             if len(functions) == 1 and isinstance(functions[0], _Aware)]
+    assert len({zone for _, zone in aware}) <= 1, "a row check reads its timestamps in one zone"
+    return (tuple(index for index, _ in aware), next((zone for _, zone in aware), None),
+            [item for item in now if not (len(item[2]) == 1 and isinstance(item[2][0], _Aware))])
 
 
 def _converters(expressions: Sequence[Any]) -> list[tuple[int, Any, list[Any]]]:
@@ -1969,6 +1971,8 @@ def _checked_rows(
     now, later = _converted_when(names, converters)
     later_names = tuple(name for name, _ in later.indexes)
     row_names = tuple(names)  # every row's own, read by its converted()
+    # A compiled rule reads facts as the loop below leaves them: none waits to be converted.
+    assert not set(later_names) & set(access.ROW_FACT_NAMES.values()), later_names
     rows = _RowsRead(row_names, later_names, later.convert)
     refusal_of = row_check(policy, row_names, row=rows.build)
     place = {name: index for index, name in enumerate(row_names)}

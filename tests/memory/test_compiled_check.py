@@ -163,7 +163,8 @@ def test_what_it_cannot_write_is_interpreted():
     subclass of one it knows included), a fact the row does not hold, an
     order of comparison it does not know: no compiled check; the policy's
     check then interprets the row as refusal does, and a row without a
-    fact the rule reads fails as it does."""
+    fact fails as it does; and a refusal that is not text, and a rule
+    nested deeper than Python compiles, are interpreted too."""
 
     @dataclasses.dataclass(frozen=True)
     class Always(Eq):
@@ -176,8 +177,18 @@ def test_what_it_cannot_write_is_interpreted():
     assert access.compiled_check(Some("agent_links", Eq("agent_id", 3)), names) is None
     assert access.compiled_check(Compare("created_at", "gte", BASE), names) is None  # type: ignore[arg-type]
     assert access.compiled_check(Eq("nothing_of_a_row", 1), names) is None
+    assert access.compiled_check(Nothing(label=5), names) is None  # type: ignore[arg-type]
+    assert _policy(Nothing(label=5)).row_check(names)(values) == 5  # type: ignore[arg-type]
+    assert _policy(Labelled(None, Nothing())).row_check(names)(values) is None  # type: ignore[arg-type]
+    deep: access.Rule = IsNull("owner_agent_id")
+    for _ in range(300):
+        deep = Or((deep, Nothing()))
+    assert access.compiled_check(Labelled("deep", deep), names) is None
+    assert _policy(Labelled("deep", deep)).row_check(names)(values) is None
+    assert _policy(Labelled("deep", deep)).row_check(names)(_row(owner_agent_id=3)[1]) == "deep"
     short = tuple(name for name in names if name != "retired_at")
     assert access.compiled_check(IsNull("retired_at"), short) is None
+    assert access.compiled_check(IsNull("owner_agent_id"), short) is None  # a row without a fact is no row
     with pytest.raises(AttributeError):
         _policy(IsNull("retired_at")).row_check(short)([value for name, value in zip(names, values, strict=True)
                                                          if name != "retired_at"])
