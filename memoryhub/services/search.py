@@ -67,6 +67,7 @@ from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.database import prepared
 from memoryhub.database.lookups import marker_elsewhere, marker_places
+from memoryhub.database.vectors import SentVector, vector_text
 from memoryhub.embeddings import embedder_class, get_embedder, leaves_a_core
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import (
@@ -179,7 +180,7 @@ ORDERING_CODE = (
     "CompiledPredicate", "bm25_statement", "BM25Statement", "_VectorSlot",
     "reader_totals_sql", "_reader_totals_statement", "_instant_places", "_reader_totals_compiled", "_lexical_rank",
     "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_converted_when",
-    "_Later", "_checked_rows",
+    "_Later", "_checked_rows", "_Aware", "_zoned", "_RowsRead", "row_check",
     "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
     "_arrange", "is_hedged",
@@ -832,17 +833,11 @@ class Embedding:
         self._future.cancel()
 
 
-class QueryVector(Vector):
+class QueryVector(SentVector):
     """A query's embedding as its statements send it: written as text once
-    per search. (Given a list, pgvector's CosineDistance writes all 384
-    numbers anew for every statement that compares with it.)"""
-
-    @functools.cached_property
-    def _text(self) -> str:
-        return super().to_text()
-
-    def to_text(self) -> str:
-        return self._text
+    per search (memoryhub.database.vectors). (Given a list, pgvector's
+    CosineDistance writes all 384 numbers anew for every statement that
+    compares with it.)"""
 
 
 class index_settings:
@@ -1361,8 +1356,8 @@ class BM25Statement:
                 cursor.execute(self.sql, self.params)
                 return cursor.fetchall()
         assert vector is not None
-        # The text pgvector's CosineDistance writes for this vector (a QueryVector's, once per search).
-        text = vector.to_text() if isinstance(vector, Vector) else Vector(vector).to_text()
+        # The text CosineDistance writes for this vector (a QueryVector's, once per search).
+        text = vector.to_text() if isinstance(vector, Vector) else vector_text(vector)
         params = list(self.params)
         for place in marker_places(params, self.slot):
             params[place] = text

@@ -41,6 +41,7 @@ from pgvector import Vector
 from pgvector.django import CosineDistance
 
 from memoryhub.database.lookups import Rows
+from memoryhub.database.vectors import SentVector, vector_text
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import NotFound
 from memoryhub.models import Agent, Fragment, Tenant, User
@@ -381,7 +382,7 @@ def content_tokens(text: str) -> list[str]:
 _SAME, _SUBJECT, _NEIGHBOUR = 0, 1, 2
 
 
-def _judged_rows(writer: Writer, text: str, vector: list[float] | None) -> dict[int, list[Fragment]]:
+def _judged_rows(writer: Writer, text: str, vector: list[float] | Vector | None) -> dict[int, list[Fragment]]:
     """What _judge weighs, read in one statement from the writer's live private
     memory: the oldest fragment with the same text, the newest with the same
     subject, and the NEIGHBOURS nearest by embedding (exact: ordered by distance,
@@ -397,14 +398,14 @@ def _judged_rows(writer: Writer, text: str, vector: list[float] | None) -> dict[
     return found
 
 
-def judgement_for(writer: Writer, text: str, vector: list[float] | None) -> tuple[Rows, list[Any]]:
+def judgement_for(writer: Writer, text: str, vector: list[float] | Vector | None) -> tuple[Rows, list[Any]]:
     """The judgement's statement for `writer`, `text` and `vector`, and its values."""
     subject = subject_of(text)
     values: list[Any] = [writer.tenant.pk, writer.owner_id, fact_hash(text)]
     if subject:
         values.append(subject)
     if vector is not None:
-        values.append(Vector(vector).to_text())
+        values.append(vector.to_text() if isinstance(vector, Vector) else vector_text(vector))
     return _judgement(writer.owner_field, bool(subject), vector is not None), values
 
 
@@ -463,7 +464,7 @@ def _judgement(owner_field: str, subject: bool, vector: bool) -> Rows:
     return Rows(build, uuid.UUID, int, str, *[str] * (subject + vector))
 
 
-def _judge(writer: Writer, text: str, vector: list[float] | None) -> tuple[str, Fragment | None, str]:
+def _judge(writer: Writer, text: str, vector: list[float] | Vector | None) -> tuple[str, Fragment | None, str]:
     """merged / superseded / stored against the writer's live private memory.
 
     * the same text (normalised) is already there: merged;
@@ -532,7 +533,8 @@ def pipeline_run(
     created: list[Fragment] = []
     for position, index in enumerate(kept):
         text = candidates[index]
-        vector = vectors[position] if vectors else None
+        # Sent twice (the judgement, the insert), written as text once.
+        vector = SentVector(vectors[position]) if vectors else None
         operation, existing, explanation = _judge(writer, text, vector)
         if operation == "merged":
             assert existing is not None

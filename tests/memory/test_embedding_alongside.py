@@ -18,9 +18,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from pgvector import Vector
 
 from memoryhub import access, embeddings
+from memoryhub.database.vectors import vector_text
 from memoryhub.errors import DeadlineExceeded
 from memoryhub.models import Receipt, Tenant
 from memoryhub.observability import REQUEST_ID, JsonFormatter
@@ -255,7 +255,7 @@ def test_the_statement_compiled_before_the_vector_is_the_one_compiled_with_it(br
         search.lexical_scored(search.index_filter(policy), read_query, search.candidate_pool(10), search.RANKING,
                               vector=read_query.vector, tallied=search.tallied_statistics(policy))
     assert both_pools == [s for s in _statements(direct) if "<=>" in s and "@@" in s]
-    assert Vector(vector).to_text() in both_pools[0]
+    assert vector_text(vector) in both_pools[0]
 
     # The slot stands where the vector's text stands, and only there.
     slot = search._VectorSlot()

@@ -14,6 +14,7 @@ from pgvector import Vector
 
 from contract.limits import FRAGMENT_VALUE_MAX_BYTES, RESULT_MAX_BYTES
 from mcpapi.budget import tool_result_size
+from memoryhub.database import vectors
 from memoryhub.errors import DeadlineExceeded
 from memoryhub.mcp_adapter import render
 from memoryhub.models import EnforcementAlarm, Fragment, Receipt
@@ -86,10 +87,11 @@ def test_the_query_vector_is_written_once_for_every_statement_that_compares_with
     private_fragment(bruno, "The VPN config lives in the ops vault under vpn/prod.")
     query = "where is the VPN config?"
     (vector,) = search._embed([query])
-    text = Vector(vector).to_text()
+    text = vectors.vector_text(vector)
     written: list[str] = []
-    real = Vector.to_text
-    monkeypatch.setattr(Vector, "to_text", lambda self: written.append(real(self)) or written[-1])
+    real = vectors.vector_text
+    monkeypatch.setattr(vectors, "vector_text", lambda values: written.append(real(values)) or written[-1])
+    monkeypatch.setattr(Vector, "to_text", lambda self: pytest.fail("pgvector's own text was written"))
     with CaptureQueriesContext(connection) as queries:
         fragments_search(caller=bruno, query=query)
     assert written == [text]
