@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from memoryhub import access
 from memoryhub.celery import app as celery_app
+from memoryhub.database.vectors import vector_text
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import PermissionDenied
 from memoryhub.models import Fragment, Source
@@ -140,7 +141,7 @@ def fragments_embed_pending(
 
 
 def _embeddings_write(ids: list, vectors: list[list[float]]) -> int:
-    literals = ["[" + ",".join(repr(float(x)) for x in vector) + "]" for vector in vectors]
+    literals = [vector_text(vector) for vector in vectors]
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
