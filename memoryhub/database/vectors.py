@@ -20,11 +20,16 @@ from pgvector import Vector
 
 
 def vector_text(values: list[float] | Any) -> str:
-    """The text of a vector (a Vector's values, a list, or an embedding as
-    the encoder gives it, an array), exact: each value rounded to single
+    """The text of a vector (a Vector or its values, a list, an array as an
+    encoder gives one, any other run of numbers), exact: each value rounded to single
     precision first, as pgvector rounds it and the column stores it, then
     written with the nine significant digits that name it."""
-    single = values if isinstance(values, array) and values.typecode == "f" else Vector(values)._value
+    if isinstance(values, array) and values.typecode == "f":
+        single = values
+    elif isinstance(values, Vector):
+        single = values._value
+    else:  # pgvector takes a list or an array; any other run of numbers as a list
+        single = Vector(values if isinstance(values, list) or hasattr(values, "ndim") else list(values))._value
     return "[" + ",".join(["%.9g" % value for value in single]) + "]"  # noqa: UP031 - the fastest way here
 
 

@@ -5,7 +5,6 @@ exactly the encoder's numbers."""
 
 from __future__ import annotations
 
-import math
 import random
 import struct
 from array import array
@@ -13,6 +12,7 @@ from array import array
 import numpy as np
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pgvector import Vector
@@ -74,7 +74,16 @@ def test_a_sent_vector_is_written_once(monkeypatch):
     vector = SentVector([0.25, -1.5, 3.0])
     assert vector.to_text() == vector.to_text() == "[0.25,-1.5,3]"
     assert written == ["[0.25,-1.5,3]"]
-    assert not math.isnan(Vector.from_text(vector.to_text()).to_list()[0])
+
+
+def test_any_run_of_numbers_has_the_same_text():
+    """An embedder that gives tuples or float64 arrays, a Vector, or a
+    generator: each is written as the list of the same numbers is."""
+    numbers = [0.25, -1.5, 1 / 3]
+    text = vector_text(numbers)
+    for run in (tuple(numbers), (n for n in numbers), np.asarray(numbers), np.asarray(numbers, dtype=np.float32),
+                  Vector(numbers), SentVector(numbers), array("f", numbers), array("d", numbers)):
+        assert vector_text(run) == text, run
 
 
 def test_a_persons_write_stores_the_encoders_numbers_and_writes_its_vector_once(people, monkeypatch):
@@ -84,9 +93,12 @@ def test_a_persons_write_stores_the_encoders_numbers_and_writes_its_vector_once(
     written: list[str] = []
     real = vectors.vector_text
     monkeypatch.setattr(vectors, "vector_text", lambda values: written.append(real(values)) or written[-1])
-    outcome = fragment_write(caller=people.caller(people.bruno), content=text)
+    with CaptureQueriesContext(connection) as statements:
+        outcome = fragment_write(caller=people.caller(people.bruno), content=text)
     (result,) = outcome.results
     assert result.operation == "stored" and len(written) == 1
+    sent = [statement["sql"] for statement in statements if written[0] in statement["sql"]]
+    assert len(sent) == 2 and sent[1].startswith("INSERT INTO")  # the judgement's, then the insert's
     stored = Fragment.objects.get(pk=result.fragment_id).embedding
     assert _bits(stored) == _bits(array("f", get_embedder().embed([text])[0]))
 
