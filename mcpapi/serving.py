@@ -234,14 +234,13 @@ YOUNG_THRESHOLD = "MEMORYHUB_GC_YOUNG_THRESHOLD"
 def young_threshold() -> int:
     """MEMORYHUB_GC_YOUNG_THRESHOLD (20000): a whole number of at least 1 (0
     would stop the collector altogether), or ValueError saying what it must be."""
-    text = os.environ.get(YOUNG_THRESHOLD) or "20000"
     try:
-        value = int(text)
+        value = _int(YOUNG_THRESHOLD, 20000)
     except ValueError:
         value = 0
     if value < 1:
         raise ValueError(f"{YOUNG_THRESHOLD} must be a whole number of at least 1 (new objects between two "
-                         f"collections of the young generation), not {text!r}")
+                         f"collections of the young generation), not {os.environ.get(YOUNG_THRESHOLD)!r}")
     return value
 
 

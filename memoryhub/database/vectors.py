@@ -21,9 +21,9 @@ from pgvector import Vector
 
 def vector_text(values: list[float] | Any) -> str:
     """The text of a vector (a Vector or its values, a list, an array as an
-    encoder gives one, any other run of numbers), exact: each value rounded to single
-    precision first, as pgvector rounds it and the column stores it, then
-    written with the nine significant digits that name it."""
+    encoder gives one, any other run of numbers), exact: each value rounded
+    to single precision first, as pgvector rounds it and the column stores
+    it, then written with the nine significant digits that name it."""
     if isinstance(values, array) and values.typecode == "f":
         single = values
     elif isinstance(values, Vector):
@@ -31,6 +31,12 @@ def vector_text(values: list[float] | Any) -> str:
     else:  # pgvector takes a list or an array; any other run of numbers as a list
         single = Vector(values if isinstance(values, list) or hasattr(values, "ndim") else list(values))._value
     return "[" + ",".join(["%.9g" % value for value in single]) + "]"  # noqa: UP031 - the fastest way here
+
+
+def sent_text(vector: Any) -> str:
+    """A vector's text as a statement sends it: a SentVector's, written once,
+    or vector_text's of any other vector or run of numbers."""
+    return vector.to_text() if isinstance(vector, SentVector) else vector_text(vector)
 
 
 class SentVector(Vector):

@@ -67,7 +67,7 @@ from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
 from memoryhub.database import prepared
 from memoryhub.database.lookups import marker_elsewhere, marker_places
-from memoryhub.database.vectors import SentVector, vector_text
+from memoryhub.database.vectors import SentVector, sent_text
 from memoryhub.embeddings import embedder_class, get_embedder, leaves_a_core
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
 from memoryhub.models import (
@@ -1357,7 +1357,7 @@ class BM25Statement:
                 return cursor.fetchall()
         assert vector is not None
         # The text CosineDistance writes for this vector (a QueryVector's, once per search).
-        text = vector.to_text() if isinstance(vector, Vector) else vector_text(vector)
+        text = sent_text(vector)
         params = list(self.params)
         for place in marker_places(params, self.slot):
             params[place] = text
@@ -1885,11 +1885,14 @@ def _zoned(now: list[tuple[int, Any, list[Any]]],
     its own, without a call for each value: most of converting a row), the
     zone (one statement reads in one: RowCheckStatement.zone), and the other
     columns' converters."""
-    aware = [(index, functions[0].zone) for index, _, functions in now
-             if len(functions) == 1 and isinstance(functions[0], _Aware)]
-    assert len({zone for _, zone in aware}) <= 1, "a row check reads its timestamps in one zone"
-    return (tuple(index for index, _ in aware), next((zone for _, zone in aware), None),
-            [item for item in now if not (len(item[2]) == 1 and isinstance(item[2][0], _Aware))])
+    aware: list[tuple[int, Any, list[Any]]] = []
+    others: list[tuple[int, Any, list[Any]]] = []
+    for item in now:
+        _, _, functions = item
+        (aware if len(functions) == 1 and isinstance(functions[0], _Aware) else others).append(item)
+    zones = {functions[0].zone for _, _, functions in aware}
+    assert len(zones) <= 1, "a row check reads its timestamps in one zone"
+    return tuple(index for index, _, _ in aware), next(iter(zones), None), others
 
 
 def _converters(expressions: Sequence[Any]) -> list[tuple[int, Any, list[Any]]]:

@@ -41,7 +41,7 @@ from pgvector import Vector
 from pgvector.django import CosineDistance
 
 from memoryhub.database.lookups import Rows
-from memoryhub.database.vectors import SentVector, vector_text
+from memoryhub.database.vectors import SentVector, sent_text
 from memoryhub.embeddings import get_embedder
 from memoryhub.errors import NotFound
 from memoryhub.models import Agent, Fragment, Tenant, User
@@ -405,7 +405,7 @@ def judgement_for(writer: Writer, text: str, vector: list[float] | Vector | None
     if subject:
         values.append(subject)
     if vector is not None:
-        values.append(vector.to_text() if isinstance(vector, Vector) else vector_text(vector))
+        values.append(sent_text(vector))
     return _judgement(writer.owner_field, bool(subject), vector is not None), values
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pgvector import Vector
 
 from memoryhub.database import vectors
-from memoryhub.database.vectors import SentVector, vector_text
+from memoryhub.database.vectors import SentVector, sent_text, vector_text
 from memoryhub.embeddings import get_embedder
 from memoryhub.models import Fragment
 from memoryhub.services.fragments import fragment_write
@@ -74,6 +74,8 @@ def test_a_sent_vector_is_written_once(monkeypatch):
     vector = SentVector([0.25, -1.5, 3.0])
     assert vector.to_text() == vector.to_text() == "[0.25,-1.5,3]"
     assert written == ["[0.25,-1.5,3]"]
+    assert sent_text(vector) is vector.to_text() and written == ["[0.25,-1.5,3]"]  # its own, not written again
+    assert sent_text([0.25, -1.5, 3.0]) == sent_text(Vector([0.25, -1.5, 3.0])) == "[0.25,-1.5,3]"
 
 
 def test_any_run_of_numbers_has_the_same_text():
