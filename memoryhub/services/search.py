@@ -179,7 +179,7 @@ ORDERING_CODE = (
     "shares_statement", "index_predicate", "compiled_predicate", "_predicate_at_marker", "_compile_predicate",
     "CompiledPredicate", "bm25_statement", "BM25Statement", "_VectorSlot",
     "reader_totals_sql", "_reader_totals_statement", "_instant_places", "_reader_totals_compiled", "_lexical_rank",
-    "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_aware_in", "_converted_when",
+    "lexical_candidates", "row_check_statement", "RowCheckStatement", "_converters", "_converted_when",
     "_Later", "_checked_rows", "_Aware", "_zoned", "_RowsRead", "row_check",
     "_own_document",
     "fuse_scores", "_with_neighbours", "asking_share", "_own_scores", "is_match", "ordered_matches",
@@ -1753,7 +1753,7 @@ class RowCheckStatement:
     columns in `zoned` are timestamps read as UTC's wall time, when that is
     the connection's zone (psycopg's compiled loader parses those; Django's
     own loader of a timestamptz is Python, and was most of reading a row),
-    each given the connection's tzinfo first (_aware_in)."""
+    each given the connection's tzinfo first (_Aware)."""
 
     select: tuple[str, ...]
     tables: str
@@ -1769,7 +1769,7 @@ class RowCheckStatement:
 
     @functools.cached_property
     def converters(self) -> list[tuple[int, Any, list[Any]]]:
-        aware = _aware_in(self.zone)
+        aware = _Aware(self.zone)
         return [*((index, self.expressions[index], [aware]) for index in self.zoned), *_converters(self.expressions)]
 
     def with_scores(self, scores: Sequence[tuple[str, Any]], *,
@@ -1859,18 +1859,13 @@ def row_check_statement(load_embeddings: bool, zone_name: str, zone: dt.tzinfo |
                              zoned=zoned, zone=zone, distance=distance)
 
 
-def _aware_in(zone: dt.tzinfo | None) -> _Aware:
+@dataclass(frozen=True)
+class _Aware:
     """The converter of a timestamp the row check read as UTC's wall time,
     when that is the connection's zone: the value Django's loader of a
     timestamptz gives, the same wall time with the connection's tzinfo
-    (`zone`: UTC's, or None with USE_TZ off)."""
-    return _Aware(zone)
-
-
-@dataclass(frozen=True)
-class _Aware:
-    """_aware_in's converter; the row check applies it in its own loop, where
-    it knows one (_zoned)."""
+    (`zone`: UTC's, or None with USE_TZ off). The row check applies it in
+    its own loop, where it knows one (_zoned)."""
 
     zone: dt.tzinfo | None
 
