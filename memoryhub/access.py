@@ -78,6 +78,7 @@ from django.utils import timezone
 
 from contract.scopes import MEMORY_AUDIT, MEMORY_READ, MEMORY_SCOPES, MEMORY_WRITE, OPERATION_SCOPES
 from memoryhub.database.lookups import Lookup
+from memoryhub.database.replicas import read_connection
 from memoryhub.errors import Conflict, PermissionDenied
 from memoryhub.models import (
     TALLY_HOME,
@@ -656,7 +657,8 @@ def role_audience(caller: Caller) -> Audience:
     in one statement."""
     if caller.kind == "system":
         return Audience(role_names=(), collection_ids=frozenset())
-    with connection.cursor() as cursor:
+    # Where the read it is part of runs (a replica inside replicas.on_pool).
+    with read_connection.cursor() as cursor:
         cursor.execute(*_held_roles_sql(caller.tenant.pk, _pk(caller.user), _pk(caller.agent)))
         return _audience_of_rows(cursor.fetchall())
 

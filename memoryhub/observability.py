@@ -47,6 +47,11 @@ ENFORCEMENT_ALARMS = Counter("memoryhub_enforcement_alarms",
                              "Rows an index query returned that the row check refused (should stay 0)")
 PAGE_SECONDS = Histogram("memoryhub_http_seconds", "Django requests, by URL group and status",
                          ["group", "status"], buckets=SECONDS)
+READ_POOL_READS = Counter("memoryhub_read_pool_reads",
+                          "Reads sent to the read pool, with replicas configured, by where they were served "
+                          "(replica; primary: no replica had replayed the last write, or none answered; "
+                          "primary_after_loss: the replica failed under the read, which ran again on the primary)",
+                          ["served_by"])
 SWEEPS = Counter("memoryhub_sweeps", "Sweeps run (fragments pending enrichment enqueued again)")
 SWEPT = Counter("memoryhub_swept_fragments", "Fragments the sweeps enqueued again")
 

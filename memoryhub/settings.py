@@ -128,10 +128,10 @@ TEMPLATES = [
 ASGI_APPLICATION = "memoryhub.asgi.application"
 
 
-def _database_from_url(url: str) -> dict:
+def _database_from_url(url: str, setting: str = "DATABASE_URL") -> dict:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql", "pgsql"):
-        raise ValueError("DATABASE_URL must be a postgres:// URL: memoryhub runs on PostgreSQL with pgvector only")
+        raise ValueError(f"{setting} must hold postgres:// URLs: memoryhub runs on PostgreSQL with pgvector only")
     options = dict(parse_qsl(parts.query))
     return {
         "ENGINE": "memoryhub.database",
@@ -185,6 +185,39 @@ _default_db["OPTIONS"] = {**_default_db["OPTIONS"],
                           "prepared_statements": envbool("DATABASE_PREPARED_STATEMENTS", "True")}
 _default_db["TEST"] = {"NAME": os.environ.get("DATABASE_TEST_NAME") or None}
 DATABASES = {"default": _default_db}
+
+
+def read_replica_database(url: str) -> dict:
+    """A read replica's connection (DATABASE_READ_URLS): the primary's options,
+    a short wait for a connection (a replica that does not answer costs a
+    read that long before it runs on the primary), the tests' database on the
+    primary's test database (a replica replays it)."""
+    replica = _database_from_url(url, "DATABASE_READ_URLS")
+    timeout = envfloat("DATABASE_READ_CONNECT_TIMEOUT_SECONDS", 2.0)
+    options = {key: value for key, value in _default_db["OPTIONS"].items() if key != "pool"}
+    replica["OPTIONS"] = {"connect_timeout": max(1, round(timeout)), **options, **replica["OPTIONS"]}
+    if DATABASE_POOL:
+        replica["OPTIONS"]["pool"] = {**_default_db["OPTIONS"]["pool"], "min_size": 0, "timeout": timeout}
+    replica["CONN_MAX_AGE"] = _default_db["CONN_MAX_AGE"]
+    replica["TEST"] = {"MIRROR": "default"}
+    return replica
+
+
+# Streaming replicas searches, receipt replays and people's read pages read
+# from (memoryhub.database.replicas); writes, receipts, proposals and token
+# checks stay on the primary. None: every read on the primary.
+for _number, _url in enumerate(envlist("DATABASE_READ_URLS"), start=1):
+    DATABASES[f"replica{_number}"] = read_replica_database(_url)
+MEMORYHUB_READ_REPLICAS = tuple(alias for alias in DATABASES if alias != "default")
+DATABASE_ROUTERS = ["memoryhub.database.replicas.ReadRouter"]
+# A replica behind the primary's last write by more than this is `degraded`
+# (reads it cannot serve go to the primary whatever the bound).
+MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS = envfloat("MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS", 10.0)
+# How often a process reads a replica's state when nothing asks sooner, and
+# asks again a replica that did not answer.
+MEMORYHUB_READ_REPLICA_CHECK_SECONDS = envfloat("MEMORYHUB_READ_REPLICA_CHECK_SECONDS", 1.0)
+MEMORYHUB_READ_REPLICA_RETRY_SECONDS = envfloat("MEMORYHUB_READ_REPLICA_RETRY_SECONDS", 5.0)
+MEMORYHUB_READ_REPLICA_REDIS_TIMEOUT_SECONDS = envfloat("MEMORYHUB_READ_REPLICA_REDIS_TIMEOUT_SECONDS", 0.5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Login names are unique per workspace, not globally (memoryhub.models.User); the
 # workspace-aware backend (memoryhub.oauth.signin) handles that, as W004 asks.

@@ -143,6 +143,40 @@ def test_each_process_pools_its_database_connections_by_default():
     assert _database_settings(DATABASE_POOL="0", **env) == {"pool": None, "age": 60}
 
 
+def _read_settings(**env: str) -> dict:
+    code = ("import json; from memoryhub import settings as s; aliases = s.MEMORYHUB_READ_REPLICAS; "
+            "print(json.dumps({'replicas': aliases, 'databases': {alias: s.DATABASES[alias] for alias in aliases}, "
+            "'routers': s.DATABASE_ROUTERS}))")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                            cwd=ROOT, check=True)
+    return json.loads(result.stdout)
+
+
+def test_read_replicas_are_configured_from_their_urls():
+    """DATABASE_READ_URLS: one alias a replica, each on the primary's options,
+    a short wait for a connection, and in the tests the primary's database;
+    none by default."""
+    assert _read_settings(DATABASE_READ_URLS="")["replicas"] == []
+    read = _read_settings(DATABASE_READ_URLS=" postgresql://reader:s%40cret@replica-a:6432/memory?sslmode=require ,"
+                                             "postgresql://reader@/memory?host=/run/pg-b&port=5433",
+                          DATABASE_READ_CONNECT_TIMEOUT_SECONDS="3", DATABASE_PREPARED_STATEMENTS="0")
+    assert read["replicas"] == ["replica1", "replica2"]
+    assert read["routers"] == ["memoryhub.database.replicas.ReadRouter"]
+    first, second = read["databases"]["replica1"], read["databases"]["replica2"]
+    assert (first["HOST"], first["PORT"], first["USER"], first["PASSWORD"], first["NAME"]) == (
+        "replica-a", "6432", "reader", "s@cret", "memory")
+    assert first["OPTIONS"]["sslmode"] == "require" and first["OPTIONS"]["connect_timeout"] == 3
+    assert first["OPTIONS"]["prepared_statements"] is False
+    assert first["OPTIONS"]["pool"]["min_size"] == 0 and first["OPTIONS"]["pool"]["timeout"] == 3.0
+    assert first["TEST"] == {"MIRROR": "default"}
+    assert (second["OPTIONS"]["host"], second["OPTIONS"]["port"]) == ("/run/pg-b", "5433")
+    assert "pool" not in _read_settings(DATABASE_READ_URLS="postgresql://r@h/m", DATABASE_POOL="0")["databases"][
+        "replica1"]["OPTIONS"]
+    refused = subprocess.run([sys.executable, "-c", "import memoryhub.settings"], capture_output=True, text=True,
+                             env={**os.environ, "DATABASE_READ_URLS": "mysql://r@h/m"}, cwd=ROOT)
+    assert refused.returncode != 0 and "DATABASE_READ_URLS must hold postgres:// URLs" in refused.stderr
+
+
 def test_a_forked_worker_child_leaves_its_parents_pool_alone(transactional_db):
     """What Celery's worker_process_init runs in a prefork child: the inherited pool is
     forgotten (never closed: its sockets are the parent's) and the child opens its own."""

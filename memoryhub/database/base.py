@@ -27,10 +27,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.postgresql import base, operations
 from django.db.backends.postgresql.psycopg_any import register_tzloader
 from psycopg.pq import Format, TransactionStatus
+
+from memoryhub.database import replicas
 
 # OPTIONS key (not handed to psycopg): whether `prepared()` prepares.
 PREPARED_STATEMENTS = "prepared_statements"
@@ -85,6 +88,40 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.preparing = 0
+        if self.alias == DEFAULT_DB_ALIAS:
+            # First of the wrappers, for good: execute_wrapper() adds and pops after it.
+            self.execute_wrappers.append(self._writes_noted)
+
+    def _writes_noted(self, execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        """With read replicas configured, a committed write's WAL position is
+        recorded (memoryhub.database.replicas), so that no later read is
+        served by a replica that has not replayed it: after the statement in
+        autocommit, after the commit in a transaction."""
+        result = execute(sql, params, many, context)
+        if settings.MEMORYHUB_READ_REPLICAS and replicas.counts_as_write(sql):
+            if self.in_atomic_block:
+                if not any(entry[1] == self._note_written for entry in self.run_on_commit):
+                    self.on_commit(self._note_written)
+            elif self.get_autocommit():
+                self._note_written()
+            else:
+                # A transaction managed by hand: recorded when it commits (_commit).
+                self.written_uncommitted = True
+        return result
+
+    def _note_written(self) -> None:
+        replicas.note_written(self)
+
+    def _commit(self) -> None:
+        super()._commit()  # type: ignore[misc]
+        if getattr(self, "written_uncommitted", False):
+            self.written_uncommitted = False
+            self._note_written()
+            super()._commit()  # type: ignore[misc]  # ends the transaction the position's SELECT began
+
+    def _rollback(self) -> None:
+        self.written_uncommitted = False
+        super()._rollback()  # type: ignore[misc]
 
     @property
     def prepares(self) -> bool:
@@ -107,7 +144,7 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
 
 
 @contextmanager
-def prepared(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+def prepared(using: str | None = None) -> Iterator[None]:
     """Statements run inside (by this thread, on `using`) are prepared on
     their connection. Only for statements whose SQL is the same from one run
     to the next, with only their parameters changing: each distinct text is
@@ -117,8 +154,11 @@ def prepared(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     connection_created handlers) runs as Django runs it. psycopg may prepare
     only inside: outside, its prepare_threshold stays None (Django's default),
     so it keeps no count of the statements Django sends, whose text holds
-    their values."""
-    wrapper = connections[using]
+    their values.
+
+    `using`: by default, the connection of the read under way (a replica's
+    inside replicas.on_pool), else the primary's."""
+    wrapper = connections[using or replicas.read_alias()]
     if not isinstance(wrapper, DatabaseWrapper) or not wrapper.prepares:
         yield
         return

@@ -29,6 +29,7 @@ from oauth2_provider.models import Application
 from contract import limits
 from memoryhub import access
 from memoryhub.access import Caller
+from memoryhub.database import replicas
 from memoryhub.errors import Conflict, NotFound, PermissionDenied
 from memoryhub.models import Fragment, IdempotencyRecord, Tenant
 from memoryhub.services.arguments import checked_text, uuid_or_none
@@ -188,6 +189,7 @@ def _loaded(caller: Caller) -> QuerySet[Fragment]:
     )
 
 
+@replicas.reads_from_pool
 def fragments_browse(
     *, caller: Caller, cursor: str | None = None, include_retired: bool = False, limit: int | None = None
 ) -> Page[FragmentView]:
@@ -201,6 +203,7 @@ def fragments_browse(
     return Page(items=fragment_views(caller, page.items), next_cursor=page.next_cursor)
 
 
+@replicas.reads_from_pool
 def fragment_get(*, caller: Caller, fragment_id: Any, own: bool = False) -> FragmentView:
     """One fragment the caller may look at: their own (live or retired), or one
     today's access rules let them read now (`own`: their own only, as before
@@ -216,6 +219,7 @@ def fragment_get(*, caller: Caller, fragment_id: Any, own: bool = False) -> Frag
     return fragment_views(caller, [fragment])[0]
 
 
+@replicas.reads_from_pool
 def fragment_history(*, caller: Caller, fragment: Fragment) -> tuple[list[Fragment], Fragment | None]:
     """(the caller's own facts this one replaced, the fact that replaced it).
     Only within the caller's own memory: shared fragments have no history here."""

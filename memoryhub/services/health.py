@@ -95,33 +95,45 @@ PROBE_STATEMENT_TIMEOUT = "3s"
 
 def read_probe(*, caller) -> str:  # type: ignore[no-untyped-def]
     """whoami's read_pool_ready: a real read under the caller's own rights (the
-    visibility predicate a search would carry) and the query embedder.
-    'ready', 'degraded' (slow, or search would answer lexically only) or
-    'unavailable'."""
+    visibility predicate a search would carry), sent where the caller's search
+    would be (memoryhub.database.replicas), and the query embedder.
+    'ready'; 'degraded': slow, search would answer lexically only, or reads
+    fall back to the primary because a replica lags beyond its bound, does
+    not answer or was promoted away (or failed under the probe); or
+    'unavailable': the read failed."""
     import logging
 
-    from django.db import transaction
-    from django.utils import timezone
-
-    from memoryhub import access
+    from memoryhub.database import replicas
     from memoryhub.embeddings import get_embedder
     from memoryhub.errors import MemoryhubError
 
     logger = logging.getLogger("memoryhub.health")
     started = time.monotonic()
     try:
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [PROBE_STATEMENT_TIMEOUT])
-            access.visible_fragments(access.read_policy(caller=caller, as_of=timezone.now())).exists()
+        probe = replicas.served(lambda: _probe_read(caller))
     except MemoryhubError:
-        return "unavailable"
+        return replicas.UNAVAILABLE
     except Exception:  # noqa: BLE001 - the probe reports a failing database as a state
         logger.exception("read-pool probe failed")
-        return "unavailable"
+        return replicas.UNAVAILABLE
     try:
         get_embedder().embed(["probe"])
     except Exception:  # noqa: BLE001 - search answers lexically without the embedder
         logger.exception("read-pool probe: the embedder failed")
-        return "degraded"
-    return "degraded" if time.monotonic() - started > PROBE_DEGRADED_AFTER_SECONDS else "ready"
+        return replicas.DEGRADED
+    if probe.degraded or time.monotonic() - started > PROBE_DEGRADED_AFTER_SECONDS:
+        return replicas.DEGRADED
+    return replicas.READY
+
+
+def _probe_read(caller) -> None:  # type: ignore[no-untyped-def]
+    from django.db import transaction
+    from django.utils import timezone
+
+    from memoryhub import access
+    from memoryhub.database.replicas import read_alias, read_connection
+
+    with transaction.atomic(using=read_alias()):
+        with read_connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [PROBE_STATEMENT_TIMEOUT])
+        access.visible_fragments(access.read_policy(caller=caller, as_of=timezone.now())).exists()

@@ -48,7 +48,7 @@ from contract.receipt_chain import (
 )
 from memoryhub import access
 from memoryhub.access import Caller
-from memoryhub.database import prepared
+from memoryhub.database import prepared, replicas
 from memoryhub.errors import Conflict
 from memoryhub.models import Erasure, Receipt, ReceiptChain, ReceiptCheckpoint, Tenant
 
@@ -125,7 +125,8 @@ def receipt_append(receipt: Receipt) -> Receipt:
                          *(quote(name) for name in _CHAIN_FIELDS)])
     placed = ", ".join([*(f"%({name})s" if name in values else "DEFAULT" for name in given),
                         "(SELECT seq FROM link)", "(SELECT prev FROM link)", "(SELECT head FROM link)"])
-    with prepared(), connection.cursor() as cursor:
+    # No read shows a receipt: it does not hold the read pool back (memoryhub.database.replicas).
+    with prepared(connection.alias), replicas.unseen_by_reads(), connection.cursor() as cursor:
         cursor.execute(
             f"WITH link AS ({APPEND}) INSERT INTO {quote(Receipt._meta.db_table)} ({columns}) "  # noqa: S608 - our model's names
             f"VALUES ({placed}) RETURNING {', '.join(_CHAIN_FIELDS)}",

@@ -31,6 +31,7 @@ from oauth2_provider.models import Application
 from contract import limits
 from memoryhub import access
 from memoryhub.access import Caller
+from memoryhub.database import replicas
 from memoryhub.errors import MemoryhubError, NotFound
 from memoryhub.models import Agent, Fragment, Receipt
 from memoryhub.services.arguments import checked_text, uuid_or_none
@@ -40,6 +41,7 @@ from memoryhub.services.provenance import provenance_for
 from memoryhub.services.receipt_chain import EntryCheck, entry_check
 from memoryhub.services.search import (
     Deadline,
+    Execution,
     Ranking,
     ResultBudget,
     SearchRequest,
@@ -166,12 +168,16 @@ def _re_execute(caller: Caller, receipt: Receipt, as_of: dt.datetime, deadline_s
                 budget: ResultBudget | None, ranking: Ranking | None) -> list[str]:
     request = SearchRequest.from_json(receipt.request)
     deadline = Deadline(deadline_seconds or settings.MEMORYHUB_SEARCH_DEADLINE_SECONDS)
-    with transaction.atomic():
-        execution = search_execute(
-            caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk,
-            ranking=ranking, budget=budget,
-        )
-    return execution.result.served_ids
+
+    def read() -> Execution:
+        # One transaction on the connection the read pool chose (a replica's, or the primary's).
+        with transaction.atomic(using=replicas.read_alias()):
+            return search_execute(
+                caller=caller, request=request, as_of=as_of, deadline=deadline, receipt_id=receipt.pk,
+                ranking=ranking, budget=budget,
+            )
+
+    return replicas.on_pool(read).result.served_ids
 
 
 @dataclass(frozen=True)

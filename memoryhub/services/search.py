@@ -54,7 +54,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar, get_args, get_or
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
-from django.db import OperationalError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 from django.db.models import Case, DateTimeField, F, JSONField, Model, Q, QuerySet, Value, When, signals
 from django.db.models.base import ModelState
 from django.utils import timezone
@@ -65,8 +65,12 @@ from contract import limits
 from contract.receipt_chain import value_hash
 from memoryhub import access, cancel_watch
 from memoryhub.access import Caller, ReadPolicy
-from memoryhub.database import prepared
+from memoryhub.database import prepared, replicas
 from memoryhub.database.lookups import marker_elsewhere, marker_places
+
+# Every statement of a read runs on the read pool's connection: the replica
+# chosen for it (replicas.on_pool), or the primary's.
+from memoryhub.database.replicas import read_connection as connection
 from memoryhub.database.vectors import SentVector, sent_text
 from memoryhub.embeddings import embedder_class, get_embedder, leaves_a_core
 from memoryhub.errors import DeadlineExceeded, InvalidArgument
@@ -547,11 +551,14 @@ def fragments_search(
     # On its own a search needs no transaction: each statement is atomic,
     # the receipt's included. Inside a caller's transaction it is a
     # savepoint, so a read cut off at its deadline leaves that usable.
-    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-        execution = search_execute(
+    # The read is served by the read pool (a replica that has replayed every
+    # committed write, or the primary); the receipt is written on the primary.
+    primary = connections[DEFAULT_DB_ALIAS]
+    with transaction.atomic() if primary.in_atomic_block else contextlib.nullcontext():
+        execution = replicas.on_pool(lambda: search_execute(
             caller=caller, request=request, as_of=instant, deadline=deadline, receipt_id=receipt_id,
             ranking=ranking, budget=budget,
-        )
+        ))
         with phase("receipt"):
             receipt_chain.receipt_append(Receipt(
                 id=receipt_id,
