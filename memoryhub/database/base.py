@@ -22,6 +22,7 @@ without max_prepared_statements), set DATABASE_PREPARED_STATEMENTS=0:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,6 +35,8 @@ from django.db.backends.postgresql.psycopg_any import register_tzloader
 from psycopg.pq import Format, TransactionStatus
 
 from memoryhub.database import replicas
+
+logger = logging.getLogger("memoryhub.replicas")
 
 # OPTIONS key (not handed to psycopg): whether `prepared()` prepares.
 PREPARED_STATEMENTS = "prepared_statements"
@@ -99,13 +102,14 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
         autocommit, after the commit in a transaction."""
         result = execute(sql, params, many, context)
         if settings.MEMORYHUB_READ_REPLICAS and replicas.counts_as_write(sql):
-            if self.in_atomic_block:
-                if not any(entry[1] == self._note_written for entry in self.run_on_commit):
-                    self.on_commit(self._note_written)
-            elif self.get_autocommit():
+            if self.get_autocommit():
                 self._note_written()
+            elif self.in_atomic_block and self.commit_on_exit:
+                # Django's atomic block: once it commits (robust: an earlier hook's failure does not skip it).
+                if not any(entry[1] == self._note_written for entry in self.run_on_commit):
+                    self.on_commit(self._note_written, robust=True)
             else:
-                # A transaction managed by hand: recorded when it commits (_commit).
+                # A transaction managed by hand (atomic blocks inside it included): when it commits (_commit).
                 self.written_uncommitted = True
         return result
 
@@ -117,7 +121,11 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
         if getattr(self, "written_uncommitted", False):
             self.written_uncommitted = False
             self._note_written()
-            super()._commit()  # type: ignore[misc]  # ends the transaction the position's SELECT began
+            try:
+                super()._commit()  # type: ignore[misc]  # ends the transaction the position's statement began
+            except Exception:  # noqa: BLE001 - the write committed above; note_written logged any failure
+                logger.warning("could not end the transaction that read the position after a commit",
+                               exc_info=True)
 
     def _rollback(self) -> None:
         self.written_uncommitted = False

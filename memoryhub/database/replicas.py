@@ -10,28 +10,36 @@ What a read may be served from is decided in one place, `choose`:
   hold writes nobody else sees yet);
 - a replica serves only if it is still replaying the primary's WAL
   (`pg_is_in_recovery()`: a replica promoted away is a primary of its own,
-  diverging) and has replayed at least to the position of the last write
-  the primary committed that a read could see (`note_written`, kept in
+  diverging), is not lagging (below), and has replayed at least to the
+  position of the last write the primary committed (`note_written`, kept in
   Redis, so every process and worker shares it). That is read-your-writes
-  and more: a search started after any committed write (one's own, another
-  person's, an admin's change of access rules) sees it, whichever replica
-  serves it, so a revoked right is never read from a replica behind it;
-- otherwise the primary serves the read. A replica behind only by writes
-  committed within MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS is normal
-  (replication takes milliseconds); behind by an older write, not
-  answering, or promoted, it is a reason to report the pool `degraded`.
+  and more: a search started after a write was answered (one's own,
+  another person's, an admin's change of access rules) sees it, whichever
+  replica serves it, so a revoked right is never read from a replica behind
+  it. With no position recorded (a new or flushed Redis), the primary's
+  position at that moment is recorded and needed;
+- otherwise the primary serves the read. A replica behind only by the last
+  moments' writes is normal (replication takes milliseconds); lagging (it
+  has not replayed what the primary had written more than
+  MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS ago, measured against the primary's
+  own position), not answering, or promoted, it is a reason to report the
+  pool `degraded`, and it serves nothing: that bound also limits how stale a
+  read can be after a write whose position was never recorded (a process
+  without DATABASE_READ_URLS, a restore).
 
 A replica's state (in recovery, its replay position) is read from it at
-most every MEMORYHUB_READ_REPLICA_CHECK_SECONDS per process, and again
-whenever the position a read needs is beyond what was last read; a replica
-that does not answer is asked again after MEMORYHUB_READ_REPLICA_RETRY_SECONDS.
-A read that loses its replica mid-way (`on_pool`) runs again on the primary.
+most every MEMORYHUB_READ_REPLICA_CHECK_SECONDS per process (with the
+primary's position), and again whenever the position a read needs is beyond
+what was last read; a replica that does not answer is asked again after
+MEMORYHUB_READ_REPLICA_RETRY_SECONDS. A read that loses its replica mid-way
+(`served`) runs again on the primary.
 
 What counts as a write: any statement on the primary that is not a read
 (`changes_data`), committed. Its position, `pg_current_wal_insert_lsn()`
 after the commit, is one more statement, run only when replicas are
-configured. Serving receipts are the exception (`unseen_by_reads`): no read
-shows them, and every search writes one.
+configured, before the write is answered. Serving receipts are the
+exception (`unseen_by_reads`): no read shows them, and every search writes
+one.
 """
 
 from __future__ import annotations
@@ -85,8 +93,9 @@ class ReadRouter:
     """The ORM's reads inside `on_pool` go where the read was sent; every
     write goes to the primary; only the primary is migrated."""
 
-    def db_for_read(self, model: Any, **hints: Any) -> str | None:
-        return _reading.get()
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        # Outside a read, the primary, even for a row a replica served (its related rows, loaded later).
+        return _reading.get() or DEFAULT_DB_ALIAS
 
     def db_for_write(self, model: Any, **hints: Any) -> str:
         return DEFAULT_DB_ALIAS
@@ -136,26 +145,16 @@ def counts_as_write(sql: Any) -> bool:
     return not _unseen.get() and changes_data(sql)
 
 
-@dataclass(frozen=True)
-class Written:
-    """The primary's WAL position after its last committed write (bytes from
-    0/0), and when it was recorded (seconds since the epoch)."""
-
-    lsn: int
-    at: float
-
-
-NOTHING_WRITTEN = Written(lsn=0, at=0.0)
-
 # The position only ever moves forward, whichever process records last.
 _RECORD_SCRIPT = """
-local current = redis.call('HGET', KEYS[1], 'lsn')
+local current = redis.call('GET', KEYS[1])
 if (not current) or current < ARGV[1] then
-  redis.call('HSET', KEYS[1], 'lsn', ARGV[1], 'at', ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1])
 end
 return 1
 """
 _LSN_WIDTH = 16  # hex digits: fixed width, so comparing the text compares the numbers
+_POSITION = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
 
 
 class _Shared:
@@ -167,75 +166,123 @@ class _Shared:
         timeout = settings.MEMORYHUB_READ_REPLICA_REDIS_TIMEOUT_SECONDS
         self.redis = Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.record_script = self.redis.register_script(_RECORD_SCRIPT)
-        self.prefix = f"{settings.CACHES['default'].get('KEY_PREFIX', '')}:read-pool:written:"
+        self.prefix = f"{settings.CACHES['default'].get('KEY_PREFIX', '')}:read-pool:written-position:"
 
     def key(self) -> str:
         """One position per primary database (its name: the tests' differ)."""
         return self.prefix + str(connections[DEFAULT_DB_ALIAS].settings_dict["NAME"])
 
+    def record(self, lsn: int) -> None:
+        self.record_script(keys=[self.key()], args=[f"{lsn:0{_LSN_WIDTH}x}"])
+
+    def recorded(self) -> int | None:
+        value = self.redis.get(self.key())
+        return None if value is None else int(value, 16)
+
 
 _shared: _Shared | None = None
-_shared_lock = threading.Lock()
-# Until when (monotonic) this process reads only from the primary, because it
-# could not record a write's position that other reads must wait for.
+_lock = threading.Lock()
+# A committed write's position this process could not share yet: no replica
+# serves this process's reads before replaying it, and it is shared again at
+# the next read. Until when (monotonic) this process reads only from the
+# primary, because a write's position could not even be read.
+_unshared = 0
 _distrusted_until = 0.0
 
 
 def _shared_state() -> _Shared:
     global _shared
     if _shared is None:
-        with _shared_lock:
+        with _lock:
             if _shared is None:
                 _shared = _Shared()
     return _shared
 
 
+def _position(wrapper: Any) -> int:
+    with wrapper.cursor() as cursor:
+        cursor.execute(_POSITION)
+        return int(cursor.fetchone()[0])
+
+
 def note_written(wrapper: Any) -> None:
-    """Record the primary's WAL position after a committed write, on the
+    """Record the primary's WAL position after a committed write, read on the
     connection that wrote it (`wrapper`, the primary's). Never raises: a write
-    that committed stays committed; if its position cannot be shared, this
-    process reads only from the primary for the lag bound, and the failure is
-    logged."""
-    global _distrusted_until
+    that committed stays committed. A position Redis did not take is kept by
+    this process and shared again before its next read; a position that
+    could not be read keeps this process on the primary for the lag bound.
+    Both are logged."""
+    global _unshared, _distrusted_until
     try:
-        with wrapper.cursor() as cursor:
-            cursor.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
-            (lsn,) = cursor.fetchone()
-        shared = _shared_state()
-        shared.record_script(keys=[shared.key()], args=[f"{int(lsn):0{_LSN_WIDTH}x}", repr(time.time())])
+        lsn = _position(wrapper)
     except Exception:  # noqa: BLE001 - recording must not fail the write that committed
         _distrusted_until = time.monotonic() + settings.MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS
-        logger.exception("could not record the primary's write position; this process reads from the primary "
-                         "for %g s", settings.MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS)
+        logger.exception("could not read the primary's position after a write; this process reads from the "
+                         "primary for %g s", settings.MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS)
+        return
+    try:
+        _shared_state().record(lsn)
+    except Exception:  # noqa: BLE001
+        with _lock:
+            _unshared = max(_unshared, lsn)
+        logger.exception("could not share the primary's position after a write; this process's reads wait "
+                         "for a replica that has replayed it")
 
 
-def written() -> Written:
-    """The primary's last recorded write. Raises when Redis does not answer."""
+def written() -> int | None:
+    """The primary's last recorded write position, None when none is
+    recorded. Raises when Redis does not answer."""
+    return _shared_state().recorded()
+
+
+def _needed() -> int:
+    """The position a replica must have replayed to serve the read about to
+    start: the primary's last recorded write, and this process's own that
+    Redis did not take yet (shared again now). With none recorded (a new
+    Redis, a flushed or evicted key), the primary's position now is recorded
+    and needed: a missing record must not let a replica behind serve.
+    Raises when Redis or the primary does not answer."""
+    global _unshared
     shared = _shared_state()
-    values = shared.redis.hmget(shared.key(), ["lsn", "at"])
-    if values[0] is None:
-        return NOTHING_WRITTEN
-    return Written(lsn=int(values[0], 16), at=float(values[1] or 0.0))
+    unshared = _unshared
+    if unshared:
+        shared.record(unshared)
+        with _lock:
+            if _unshared == unshared:
+                _unshared = 0
+    recorded = shared.recorded()
+    if recorded is None:
+        recorded = _position(connections[DEFAULT_DB_ALIAS])
+        shared.record(recorded)
+        logger.warning("no position of the primary's last write was recorded: recorded its position now")
+    return max(recorded, _unshared)
 
 
 # --------------------------------------------------------------------------- the replicas' states
 
+NEVER = float("-inf")
+
+
 @dataclass(frozen=True)
 class ReplicaState:
     alias: str
-    checked: float = float("-inf")  # monotonic time of the last reading
+    checked: float = NEVER  # monotonic time of the last reading
     answered: bool = False
     in_recovery: bool = False
     replayed: int = -1  # replay position, bytes from 0/0
+    # The latest moment (monotonic) it is known to have replayed everything
+    # the primary had written then: its lag is the time since.
+    caught_up_at: float = NEVER
     error: str = ""
 
 
 # Why a replica did not serve a read.
-BEHIND = "behind"  # by writes committed within the lag bound: read-your-writes, not a fault
+BEHIND = "behind"  # by writes of the last moments: read-your-writes, not a fault
 LAGGING = "lagging"
 DOWN = "not answering"
 PROMOTED = "promoted (no longer replaying the primary)"
-DEGRADING = frozenset({LAGGING, DOWN, PROMOTED})
+UNKNOWN = "the primary's last write position is not known"
+DEGRADING = frozenset({LAGGING, DOWN, PROMOTED, UNKNOWN})
 
 
 @dataclass(frozen=True)
@@ -259,6 +306,9 @@ class ReadPool:
     def __init__(self, aliases: tuple[str, ...]) -> None:
         self.aliases = aliases
         self.states = {alias: ReplicaState(alias) for alias in aliases}
+        self._checking = {alias: threading.Lock() for alias in aliases}
+        # The primary's position as last read, and the one before: (position, monotonic time).
+        self.primary_seen: tuple[tuple[int, float], ...] = ()
         self._turn = 0
 
     def rotation(self) -> list[str]:
@@ -266,13 +316,14 @@ class ReadPool:
         self._turn = (self._turn + 1) % len(self.aliases)
         return [*self.aliases[self._turn:], *self.aliases[:self._turn]]
 
-    def refusal(self, alias: str, needed: Written) -> str | None:
-        """None when `alias` may serve a read that must see `needed`; else why not."""
+    def refusal(self, alias: str, needed: int) -> str | None:
+        """None when `alias` may serve a read that must see the primary's
+        writes up to position `needed`; else why not."""
         state = self.states[alias]
         now = time.monotonic()
         if state.answered:
             stale = now - state.checked > settings.MEMORYHUB_READ_REPLICA_CHECK_SECONDS
-            if stale or (state.in_recovery and state.replayed < needed.lsn):
+            if stale or (state.in_recovery and state.replayed < needed):
                 state = self.check(alias)
         elif now - state.checked > settings.MEMORYHUB_READ_REPLICA_RETRY_SECONDS:
             state = self.check(alias)
@@ -280,34 +331,67 @@ class ReadPool:
             return DOWN
         if not state.in_recovery:
             return PROMOTED
-        if state.replayed >= needed.lsn:
-            return None
-        return LAGGING if time.time() - needed.at > settings.MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS else BEHIND
+        if time.monotonic() - state.caught_up_at > settings.MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS:
+            return LAGGING
+        return None if state.replayed >= needed else BEHIND
 
     def check(self, alias: str) -> ReplicaState:
-        """Read the replica's state from it (one statement)."""
+        """Read the replica's state from it (one statement), and the primary's
+        position when it was last read longer ago than the check interval (one
+        more). One thread checks a replica at a time: the others go on with
+        what was last read."""
+        checking = self._checking[alias]
+        if not checking.acquire(blocking=False):
+            return self.states[alias]
         try:
-            wrapper = connections[alias]
-            with wrapper.cursor() as cursor:
-                cursor.execute("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() - '0/0'::pg_lsn")
-                in_recovery, replayed = cursor.fetchone()
+            return self._check(alias)
+        finally:
+            checking.release()
+
+    def _check(self, alias: str) -> ReplicaState:
+        before = self.states[alias]
+        self._see_primary()
+        try:
+            with connections[alias].cursor() as cursor:
+                cursor.execute("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() - '0/0'::pg_lsn, "
+                               "extract(epoch FROM now() - pg_last_xact_replay_timestamp())")
+                in_recovery, replayed, replay_age = cursor.fetchone()
         except Exception as exc:  # noqa: BLE001 - a replica that does not answer is a state
             _discard(alias)
             state = ReplicaState(alias, checked=time.monotonic(), error=f"{type(exc).__name__}: {exc}"[:300])
-            if self.states[alias].answered:
+            if before.answered:
                 logger.warning("read replica %s stopped answering: %s", alias, state.error)
-        else:
-            state = ReplicaState(alias, checked=time.monotonic(), answered=True, in_recovery=bool(in_recovery),
-                                 replayed=int(replayed) if replayed is not None else -1)
-            if self.states[alias].in_recovery and not state.in_recovery:
-                logger.error("read replica %s is no longer in recovery (promoted?): no read is served from it", alias)
+            self.states[alias] = state
+            return state
+        now = time.monotonic()
+        replayed = int(replayed) if replayed is not None else -1
+        caught_up_at = max([before.caught_up_at if before.answered else NEVER,
+                            *(seen_at for position, seen_at in self.primary_seen if replayed >= position)])
+        if caught_up_at == NEVER and replay_age is not None:
+            # First sight and already behind: the primary's last commit it has replayed is this old.
+            caught_up_at = now - float(replay_age)
+        state = ReplicaState(alias, checked=now, answered=True, in_recovery=bool(in_recovery), replayed=replayed,
+                             caught_up_at=caught_up_at)
+        if before.in_recovery and not state.in_recovery:
+            logger.error("read replica %s is no longer in recovery (promoted?): no read is served from it", alias)
         self.states[alias] = state
         return state
+
+    def _see_primary(self) -> None:
+        seen = self.primary_seen
+        if seen and time.monotonic() - seen[-1][1] <= settings.MEMORYHUB_READ_REPLICA_CHECK_SECONDS:
+            return
+        try:
+            position = _position(connections[DEFAULT_DB_ALIAS])
+        except Exception:  # noqa: BLE001 - without it, lag is read from the replica's own replay time
+            logger.warning("could not read the primary's position for the replicas' lag", exc_info=True)
+            return
+        self.primary_seen = (*seen[-1:], (position, time.monotonic()))
 
     def lost(self, alias: str, error: BaseException) -> None:
         """A read lost `alias` mid-way: ask it again before it serves another."""
         _discard(alias)
-        self.states[alias] = replace(self.states[alias], checked=float("-inf"))
+        self.states[alias] = replace(self.states[alias], checked=NEVER)
         logger.warning("a read lost read replica %s and ran again on the primary: %s", alias, error)
 
 
@@ -317,7 +401,6 @@ def _discard(alias: str) -> None:
 
 
 _pool: ReadPool | None = None
-_pool_lock = threading.Lock()
 
 
 def read_pool() -> ReadPool | None:
@@ -327,7 +410,7 @@ def read_pool() -> ReadPool | None:
     if not aliases:
         return None
     if _pool is None or _pool.aliases != aliases:
-        with _pool_lock:
+        with _lock:
             if _pool is None or _pool.aliases != aliases:
                 _pool = ReadPool(aliases)
     return _pool
@@ -335,11 +418,11 @@ def read_pool() -> ReadPool | None:
 
 @receiver(setting_changed)
 def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    global _pool, _shared, _distrusted_until
+    global _pool, _shared, _distrusted_until, _unshared
     if setting in ("REDIS_URL", "CACHES", "MEMORYHUB_READ_REPLICA_REDIS_TIMEOUT_SECONDS"):
         _shared = None
     if setting == "MEMORYHUB_READ_REPLICAS":
-        _pool, _distrusted_until = None, 0.0
+        _pool, _distrusted_until, _unshared = None, 0.0, 0
 
 
 # --------------------------------------------------------------------------- choosing, and reading
@@ -347,16 +430,19 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
 def choose() -> Choice:
     """Where the read about to start is served from (see the module's text)."""
     pool = read_pool()
-    if pool is None or connections[DEFAULT_DB_ALIAS].in_atomic_block:
+    if pool is None:
         return Choice(DEFAULT_DB_ALIAS)
+    primary = connections[DEFAULT_DB_ALIAS]
+    if primary.in_atomic_block or (primary.connection is not None and not primary.get_autocommit()):
+        return Choice(DEFAULT_DB_ALIAS)  # the caller's transaction: it may hold writes no one else sees
     if time.monotonic() < _distrusted_until:
-        return Choice(DEFAULT_DB_ALIAS, tuple((alias, DOWN) for alias in pool.aliases))
+        return Choice(DEFAULT_DB_ALIAS, tuple((alias, UNKNOWN) for alias in pool.aliases))
     try:
-        needed = written()
+        needed = _needed()
     except Exception:  # noqa: BLE001 - without the position, only the primary is sure to be current
         logger.warning("the primary's last write position could not be read: reading from the primary",
                        exc_info=True)
-        return Choice(DEFAULT_DB_ALIAS, tuple((alias, DOWN) for alias in pool.aliases))
+        return Choice(DEFAULT_DB_ALIAS, tuple((alias, UNKNOWN) for alias in pool.aliases))
     refused = []
     for alias in pool.rotation():
         reason = pool.refusal(alias, needed)
@@ -391,19 +477,27 @@ class Served:
 
 def served(read: Callable[[], Any], *, choice: Choice | None = None) -> Served:
     """Run `read` (which only reads, apart from writes the router sends to
-    the primary) on the read pool. When the replica it was sent to fails
-    under it (stops answering, or cancels it in a conflict with recovery),
-    it runs again on the primary."""
+    the primary) on the read pool: where `choice` says, else where `choose`
+    does. A read inside another stays on that read's connection. When the
+    replica it was sent to fails under it (stops answering, or cancels it in
+    a conflict with recovery), it runs again on the primary; a read that ran
+    once on the replica has then recorded any enforcement alarm it found,
+    and the run on the primary records what it finds."""
+    within = _reading.get()
+    if within is not None:
+        return Served(read(), Choice(within))
     choice = choice or choose()
     if not choice.replica:
-        if choice.refused:
-            _count("primary")
-        return Served(read(), choice)
+        if not choice.refused:
+            return Served(read(), choice)
+        _count("primary")
+        with reading_on(DEFAULT_DB_ALIAS):
+            return Served(read(), choice)
     try:
         with reading_on(choice.alias):
             value = read()
     except (OperationalError, InterfaceError) as exc:
-        if _cancelled_by_us(exc):
+        if _cancelled_by_us(exc) or _raised_by_primary(exc):
             raise
         pool = read_pool()
         if pool is not None and choice.alias in pool.states:
@@ -412,7 +506,8 @@ def served(read: Callable[[], Any], *, choice: Choice | None = None) -> Served:
         _count("replica")
         return Served(value, choice)
     _count("primary_after_loss")
-    return Served(read(), choice, lost=True)
+    with reading_on(DEFAULT_DB_ALIAS):
+        return Served(read(), choice, lost=True)
 
 
 def on_pool(read: Callable[[], T], *, choice: Choice | None = None) -> T:
@@ -435,20 +530,28 @@ def _cancelled_by_us(exc: BaseException) -> bool:
     return isinstance(exc.__cause__, psycopg.errors.QueryCanceled)
 
 
+def _raised_by_primary(exc: BaseException) -> bool:
+    """The error came from the primary's connection (a write the read sends
+    there, such as an enforcement alarm), not from the replica's."""
+    failed = getattr(exc.__cause__, "pgconn", None)
+    primary = connections[DEFAULT_DB_ALIAS].connection
+    return failed is not None and primary is not None and failed is primary.pgconn
+
+
 def reads_from_pool(function: Callable[..., T]) -> Callable[..., T]:
     """A service that only reads, served from the read pool."""
     import functools
 
     @functools.wraps(function)
-    def served(*args: Any, **kwargs: Any) -> T:
+    def served_read(*args: Any, **kwargs: Any) -> T:
         return on_pool(lambda: function(*args, **kwargs))
 
-    return served
+    return served_read
 
 
 __all__ = [
-    "BEHIND", "DEGRADED", "DOWN", "LAGGING", "PROMOTED", "READY", "UNAVAILABLE", "Choice", "ReadPool", "ReadRouter",
-    "ReplicaState", "Served", "Written", "changes_data", "choose", "counts_as_write", "note_written", "on_pool",
+    "BEHIND", "DEGRADED", "DOWN", "LAGGING", "PROMOTED", "READY", "UNAVAILABLE", "UNKNOWN", "Choice", "ReadPool",
+    "ReadRouter", "ReplicaState", "Served", "changes_data", "choose", "counts_as_write", "note_written", "on_pool",
     "read_alias", "read_connection", "read_pool", "reading_on", "reads_from_pool", "replica_aliases", "served",
     "unseen_by_reads", "written",
 ]

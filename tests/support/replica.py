@@ -5,7 +5,9 @@ replica alias, as DATABASE_READ_URLS would configure it."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +23,7 @@ from tests.conftest import free_port, poll
 from tests.support.processes import database_url
 
 SECONDS = 120
+SLOT_PREFIX = "memoryhub_test_standby_"
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Replica:
     primary: dict[str, Any]  # the primary's Django settings (default alias)
     port: int = field(default_factory=free_port)
     promoted: bool = False
+    slot: str = ""
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="memoryhub-replica-")))
 
     @property
@@ -53,8 +57,15 @@ class Replica:
         embedded._chown_for_owner(self.socket_dir)
         primary_host = self.primary["HOST"] or self.primary["OPTIONS"].get("host", "")
         primary_port = str(self.primary.get("PORT") or self.primary["OPTIONS"].get("port") or 5432)
+        with self._primary() as primary:
+            # Slots of standbys a killed run left behind hold WAL on the primary for ever.
+            primary.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                            "WHERE slot_name LIKE %s AND NOT active", [f"{SLOT_PREFIX}%"])
+        # A slot of its own: the primary keeps the WAL it has not replayed, through a stop and a start.
+        self.slot = f"{SLOT_PREFIX}{self.port}_{os.getpid()}"
+        atexit.register(self.remove)
         self._tool("pg_basebackup", "-h", primary_host, "-p", primary_port, "-U", self.primary["USER"] or "postgres",
-                   "-D", str(self.pgdata), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+                   "-D", str(self.pgdata), "-R", "-C", "-S", self.slot, "-X", "stream", "-c", "fast", "--no-sync")
         with self._primary() as primary:
             # A hot standby needs at least the primary's max_connections.
             max_connections = primary.execute("SHOW max_connections").fetchone()[0]
@@ -101,8 +112,15 @@ class Replica:
         poll(lambda: self.replayed() >= target, timeout=SECONDS, what="the replica to catch up")
 
     def remove(self) -> None:
+        """Stop it, drop its slot on the primary and its folder; again is nothing."""
         with contextlib.suppress(Exception):
             self.stop("immediate")
+        if self.slot:
+            with contextlib.suppress(Exception), self._primary() as primary:
+                poll(lambda: not primary.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                                                 [self.slot]).fetchone()[0], timeout=30, what="the slot to be free")
+                primary.execute("SELECT pg_drop_replication_slot(%s)", [self.slot])
+            self.slot = ""
         shutil.rmtree(self.folder, ignore_errors=True)
 
     @contextlib.contextmanager
