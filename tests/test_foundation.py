@@ -61,8 +61,9 @@ def test_healthz_answers_when_the_process_is_up(asgi_server):
 def test_readyz_reports_each_dependency(asgi_server):
     status, body = _get(f"{asgi_server.url}/readyz")
     assert status == 200, body
-    assert set(body["checks"]) == {"database", "redis", "embedder", "enrichment", "tallies"}
+    assert set(body["checks"]) == {"database", "redis", "embedder", "enrichment", "tallies", "read_pool"}
     assert all(check["ok"] for check in body["checks"].values())
+    assert body["checks"]["read_pool"]["detail"] == "no replica configured: every read on the primary"
     assert body["status"] == "ready"
 
 

@@ -452,6 +452,19 @@ def choose() -> Choice:
     return Choice(DEFAULT_DB_ALIAS, tuple(refused))
 
 
+def report() -> dict[str, str | None]:
+    """Each replica and why it would not serve a read starting now (None: it
+    would), for /readyz; empty with no replica configured."""
+    pool = read_pool()
+    if pool is None:
+        return {}
+    try:
+        needed = _needed()
+    except Exception:  # noqa: BLE001 - reported as the state it is
+        return dict.fromkeys(pool.aliases, UNKNOWN)
+    return {alias: pool.refusal(alias, needed) for alias in pool.aliases}
+
+
 @contextlib.contextmanager
 def reading_on(alias: str) -> Iterator[None]:
     token = _reading.set(alias)
@@ -552,6 +565,7 @@ def reads_from_pool(function: Callable[..., T]) -> Callable[..., T]:
 __all__ = [
     "BEHIND", "DEGRADED", "DOWN", "LAGGING", "PROMOTED", "READY", "UNAVAILABLE", "UNKNOWN", "Choice", "ReadPool",
     "ReadRouter", "ReplicaState", "Served", "changes_data", "choose", "counts_as_write", "note_written", "on_pool",
-    "read_alias", "read_connection", "read_pool", "reading_on", "reads_from_pool", "replica_aliases", "served",
+    "read_alias", "read_connection", "read_pool", "reading_on", "reads_from_pool", "replica_aliases", "report",
+    "served",
     "unseen_by_reads", "written",
 ]

@@ -68,8 +68,22 @@ def _tallies() -> str:
     return "folded"
 
 
+def _read_pool() -> str:
+    from memoryhub.database import replicas
+
+    states = replicas.report()
+    if not states:
+        return "no replica configured: every read on the primary"
+    faults = [f"{alias} {reason}" for alias, reason in states.items() if reason in replicas.DEGRADING]
+    if faults:
+        raise Degraded(f"reads a replica would serve go to the primary: {'; '.join(faults)}")
+    return "; ".join(f"{alias} {'serving' if reason is None else 'catching up with the last writes'}"
+                     for alias, reason in states.items())
+
+
 CHECKS: dict[str, Callable[[], str]] = {
     "database": _database, "redis": _redis, "embedder": _embedder, "enrichment": _enrichment, "tallies": _tallies,
+    "read_pool": _read_pool,
 }
 
 

@@ -302,6 +302,9 @@ def test_searches_go_on_when_the_replica_stops_mid_run(
     served, on_replica, _ = search_on(pool, bruno, "Where is the fire exit on floor three?")
     assert served and len(on_replica) >= 3
 
+    ready = health.readiness()["read_pool"]
+    assert (ready["ok"], ready["detail"], "degraded" in ready) == (True, f"{pool} serving", False)
+
     replica.stop("immediate")
     lost_before, primary_before = served_count("primary_after_loss"), served_count("primary")
     for _ in range(5):
@@ -312,6 +315,9 @@ def test_searches_go_on_when_the_replica_stops_mid_run(
     assert served_count("primary") - primary_before == 4
     assert replicas.choose().refused == ((pool, replicas.DOWN),)
     assert health.read_probe(caller=bruno) == "degraded"
+    ready = health.readiness()["read_pool"]
+    assert ready["ok"] and ready["degraded"] and ready["detail"] == (
+        f"reads a replica would serve go to the primary: {pool} not answering")
 
     # Back: asked again once its retry time has passed, it serves again.
     replica.start()
