@@ -49,9 +49,10 @@ PAGE_SECONDS = Histogram("memoryhub_http_seconds", "Django requests, by URL grou
                          ["group", "status"], buckets=SECONDS)
 READ_POOL_READS = Counter("memoryhub_read_pool_reads",
                           "Reads sent to the read pool, with replicas configured, by where they were served "
-                          "(replica; primary: no replica had replayed the last write, or none answered; "
-                          "primary_after_loss: the replica failed under the read, which ran again on the primary)",
-                          ["served_by"])
+                          "(replica; primary: no replica could serve it; primary_after_loss: the replica failed "
+                          "under the read, which ran again on the primary), and why (caught_up; behind: by the "
+                          "last moments' writes; lagging, not_answering, promoted, position_unknown; lost)",
+                          ["served_by", "why"])
 SWEEPS = Counter("memoryhub_sweeps", "Sweeps run (fragments pending enrichment enqueued again)")
 SWEPT = Counter("memoryhub_swept_fragments", "Fragments the sweeps enqueued again")
 

@@ -279,10 +279,15 @@ class ReplicaState:
 # Why a replica did not serve a read.
 BEHIND = "behind"  # by writes of the last moments: read-your-writes, not a fault
 LAGGING = "lagging"
-DOWN = "not answering"
-PROMOTED = "promoted (no longer replaying the primary)"
-UNKNOWN = "the primary's last write position is not known"
+DOWN = "not_answering"
+PROMOTED = "promoted"
+UNKNOWN = "position_unknown"
 DEGRADING = frozenset({LAGGING, DOWN, PROMOTED, UNKNOWN})
+# Each reason in words (for /readyz).
+SAID = {
+    BEHIND: "catching up with the last writes", LAGGING: "lagging beyond its bound", DOWN: "not answering",
+    PROMOTED: "promoted (no longer replaying the primary)", UNKNOWN: "the primary's last write position not known",
+}
 
 
 @dataclass(frozen=True)
@@ -503,7 +508,8 @@ def served(read: Callable[[], Any], *, choice: Choice | None = None) -> Served:
     if not choice.replica:
         if not choice.refused:
             return Served(read(), choice)
-        _count("primary")
+        reasons = {reason for _, reason in choice.refused}
+        _count("primary", BEHIND if BEHIND in reasons else choice.refused[0][1])
         with reading_on(DEFAULT_DB_ALIAS):
             return Served(read(), choice)
     try:
@@ -516,9 +522,9 @@ def served(read: Callable[[], Any], *, choice: Choice | None = None) -> Served:
         if pool is not None and choice.alias in pool.states:
             pool.lost(choice.alias, exc)
     else:
-        _count("replica")
+        _count("replica", "caught_up")
         return Served(value, choice)
-    _count("primary_after_loss")
+    _count("primary_after_loss", "lost")
     with reading_on(DEFAULT_DB_ALIAS):
         return Served(read(), choice, lost=True)
 
@@ -529,10 +535,10 @@ def on_pool(read: Callable[[], T], *, choice: Choice | None = None) -> T:
     return value
 
 
-def _count(served_by: str) -> None:
+def _count(served_by: str, why: str) -> None:
     from memoryhub.observability import READ_POOL_READS
 
-    READ_POOL_READS.labels(served_by).inc()
+    READ_POOL_READS.labels(served_by, why).inc()
 
 
 def _cancelled_by_us(exc: BaseException) -> bool:
@@ -563,9 +569,8 @@ def reads_from_pool(function: Callable[..., T]) -> Callable[..., T]:
 
 
 __all__ = [
-    "BEHIND", "DEGRADED", "DOWN", "LAGGING", "PROMOTED", "READY", "UNAVAILABLE", "UNKNOWN", "Choice", "ReadPool",
-    "ReadRouter", "ReplicaState", "Served", "changes_data", "choose", "counts_as_write", "note_written", "on_pool",
-    "read_alias", "read_connection", "read_pool", "reading_on", "reads_from_pool", "replica_aliases", "report",
-    "served",
-    "unseen_by_reads", "written",
+    "BEHIND", "DEGRADED", "DOWN", "LAGGING", "PROMOTED", "READY", "SAID", "UNAVAILABLE", "UNKNOWN", "Choice",
+    "ReadPool", "ReadRouter", "ReplicaState", "Served", "changes_data", "choose", "counts_as_write", "note_written",
+    "on_pool", "read_alias", "read_connection", "read_pool", "reading_on", "reads_from_pool", "replica_aliases",
+    "report", "served",
 ]

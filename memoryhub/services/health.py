@@ -74,10 +74,10 @@ def _read_pool() -> str:
     states = replicas.report()
     if not states:
         return "no replica configured: every read on the primary"
-    faults = [f"{alias} {reason}" for alias, reason in states.items() if reason in replicas.DEGRADING]
+    faults = [f"{alias} {replicas.SAID[reason]}" for alias, reason in states.items() if reason in replicas.DEGRADING]
     if faults:
         raise Degraded(f"reads a replica would serve go to the primary: {'; '.join(faults)}")
-    return "; ".join(f"{alias} {'serving' if reason is None else 'catching up with the last writes'}"
+    return "; ".join(f"{alias} {'serving' if reason is None else replicas.SAID[reason]}"
                      for alias, reason in states.items())
 
 

@@ -81,8 +81,11 @@ def in_recovery(alias: str) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def served_count(where: str) -> float:
-    return READ_POOL_READS.labels(where)._value.get()
+def served_count(where: str, why: str | None = None) -> float:
+    """Reads served `where`, for the reason `why` (any, unless named)."""
+    return sum(sample.value for metric in READ_POOL_READS.collect() for sample in metric.samples
+               if sample.name.endswith("_total") and sample.labels["served_by"] == where
+               and why in (None, sample.labels["why"]))
 
 
 def search_on(alias: str | None, caller: Any, query: str, **arguments: Any) -> tuple[list[str], list[str], list[str]]:
@@ -187,7 +190,7 @@ def test_each_write_is_seen_by_the_writers_next_search_with_the_replica_held_beh
     bruno = live_people.caller(live_people.bruno)
     replica.catch_up()
     replica.pause()
-    primary_before = served_count("primary")
+    primary_before = served_count("primary", "behind")
     for number in range(25):
         fact = FACTS[number]
         written = fragments.fragment_write(caller=bruno, content=fact)
@@ -196,7 +199,7 @@ def test_each_write_is_seen_by_the_writers_next_search_with_the_replica_held_beh
         assert fact in served, (number, served)
         # Served by the primary: the standby, held behind, ran only the reading of its state.
         assert all("pg_is_in_recovery" in sql for sql in on_replica), on_replica
-    assert served_count("primary") - primary_before == 25
+    assert served_count("primary", "behind") - primary_before == 25
     assert in_recovery(pool)
 
     # Let it replay: the same reads are served by the standby again, and see every write.
@@ -306,13 +309,13 @@ def test_searches_go_on_when_the_replica_stops_mid_run(
     assert (ready["ok"], ready["detail"], "degraded" in ready) == (True, f"{pool} serving", False)
 
     replica.stop("immediate")
-    lost_before, primary_before = served_count("primary_after_loss"), served_count("primary")
+    lost_before, primary_before = served_count("primary_after_loss"), served_count("primary", "not_answering")
     for _ in range(5):
         served, _, _ = search_on(None, bruno, "Where is the fire exit on floor three?")
         assert served == ["The fire exit on floor three is behind the kitchen."]
     # The first lost the standby under it and ran again on the primary; the others were sent there.
     assert served_count("primary_after_loss") - lost_before == 1
-    assert served_count("primary") - primary_before == 4
+    assert served_count("primary", "not_answering") - primary_before == 4
     assert replicas.choose().refused == ((pool, replicas.DOWN),)
     assert health.read_probe(caller=bruno) == "degraded"
     ready = health.readiness()["read_pool"]
@@ -454,7 +457,8 @@ def test_a_server_configured_with_a_replica_serves_mcp_reads_from_it(
     revision = REVISIONS[0]
 
     def reads(where: str) -> float:
-        return scrape(url).get(f'memoryhub_read_pool_reads_total{{served_by="{where}"}}', 0.0)
+        return sum(count for key, count in scrape(url).items()
+                   if key.startswith(f'memoryhub_read_pool_reads_total{{served_by="{where}",'))
 
     async def tools(*calls: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
         async with connect(f"{url}/mcp", token, revision) as client:
