@@ -346,9 +346,18 @@ class ReadPool:
         more). One thread checks a replica at a time: the others go on with
         what was last read."""
         checking = self._checking[alias]
-        if not checking.acquire(blocking=False):
+        first = self.states[alias].checked == NEVER
+        if first:
+            # Never read yet (or lost by a read): wait for the reading under way, which ends within the
+            # connect timeout, rather than take a replica not yet read for one that does not answer.
+            wait = float(connections[alias].settings_dict["OPTIONS"].get("connect_timeout", 2)) + 1.0
+            if not checking.acquire(timeout=wait):
+                return self.states[alias]
+        elif not checking.acquire(blocking=False):
             return self.states[alias]
         try:
+            if first and self.states[alias].checked != NEVER:
+                return self.states[alias]  # read by the thread this one waited for
             return self._check(alias)
         finally:
             checking.release()
@@ -364,8 +373,8 @@ class ReadPool:
         except Exception as exc:  # noqa: BLE001 - a replica that does not answer is a state
             _discard(alias)
             state = ReplicaState(alias, checked=time.monotonic(), error=f"{type(exc).__name__}: {exc}"[:300])
-            if before.answered:
-                logger.warning("read replica %s stopped answering: %s", alias, state.error)
+            if before.answered or before.checked == NEVER:
+                logger.warning("read replica %s does not answer: %s", alias, state.error)
             self.states[alias] = state
             return state
         now = time.monotonic()

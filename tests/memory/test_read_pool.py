@@ -331,6 +331,38 @@ def test_searches_go_on_when_the_replica_stops_mid_run(
 
 
 @on_replica
+def test_reads_that_arrive_together_wait_for_the_first_reading_of_the_replica(
+    live_people: People, replica: Replica, pool: str, settings: Any
+) -> None:
+    """A process's first reads at once: one reads the standby's state, the
+    others wait for it rather than take a standby not yet read for one that
+    does not answer."""
+    import threading
+
+    replica.catch_up()
+    settings.MEMORYHUB_READ_REPLICA_CHECK_SECONDS = 60.0
+    settings.MEMORYHUB_READ_REPLICAS = ()
+    settings.MEMORYHUB_READ_REPLICAS = (pool,)  # a new pool: nothing read yet
+    replicas.written()  # the position recorded beforehand
+    barrier = threading.Barrier(8)
+    chosen: list[replicas.Choice] = []
+
+    def first_read() -> None:
+        try:
+            barrier.wait()
+            chosen.append(replicas.choose())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=first_read) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert chosen == [replicas.Choice(pool)] * 8
+
+
+@on_replica
 def test_a_replica_promoted_away_serves_nothing(live_people: People, replica: Replica, pool: str) -> None:
     bruno = live_people.caller(live_people.bruno)
     replica.catch_up()
