@@ -195,7 +195,11 @@ def read_replica_database(url: str) -> dict:
     replica = _database_from_url(url, "DATABASE_READ_URLS")
     timeout = envfloat("DATABASE_READ_CONNECT_TIMEOUT_SECONDS", 2.0)
     options = {key: value for key, value in _default_db["OPTIONS"].items() if key != "pool"}
-    replica["OPTIONS"] = {"connect_timeout": max(1, round(timeout)), **options, **replica["OPTIONS"]}
+    # A replica that stops answering mid-statement (a network partition) fails the read within
+    # seconds, not TCP's minutes; libpq applies these to TCP connections only.
+    replica["OPTIONS"] = {**options, "connect_timeout": max(1, round(timeout)), "keepalives": 1,
+                          "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+                          "tcp_user_timeout": 15000, **replica["OPTIONS"]}
     if DATABASE_POOL:
         replica["OPTIONS"]["pool"] = {**_default_db["OPTIONS"]["pool"], "min_size": 0, "timeout": timeout}
     replica["CONN_MAX_AGE"] = _default_db["CONN_MAX_AGE"]

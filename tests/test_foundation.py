@@ -167,10 +167,16 @@ def test_read_replicas_are_configured_from_their_urls():
     assert (first["HOST"], first["PORT"], first["USER"], first["PASSWORD"], first["NAME"]) == (
         "replica-a", "6432", "reader", "s@cret", "memory")
     assert first["OPTIONS"]["sslmode"] == "require" and first["OPTIONS"]["connect_timeout"] == 3
+    assert (first["OPTIONS"]["keepalives"], first["OPTIONS"]["tcp_user_timeout"]) == (1, 15000)
     assert first["OPTIONS"]["prepared_statements"] is False
     assert first["OPTIONS"]["pool"]["min_size"] == 0 and first["OPTIONS"]["pool"]["timeout"] == 3.0
     assert first["TEST"] == {"MIRROR": "default"}
     assert (second["OPTIONS"]["host"], second["OPTIONS"]["port"]) == ("/run/pg-b", "5433")
+    # The primary's own connect timeout is the primary's: a replica's is its own setting, unless its URL says.
+    with_primary = _read_settings(DATABASE_URL="postgresql://u@h/m?connect_timeout=9",
+                                  DATABASE_READ_URLS="postgresql://r@h/m,postgresql://r@h/m?connect_timeout=4")
+    assert [with_primary["databases"][alias]["OPTIONS"]["connect_timeout"] for alias in ("replica1", "replica2")] == [
+        2, "4"]
     assert "pool" not in _read_settings(DATABASE_READ_URLS="postgresql://r@h/m", DATABASE_POOL="0")["databases"][
         "replica1"]["OPTIONS"]
     refused = subprocess.run([sys.executable, "-c", "import memoryhub.settings"], capture_output=True, text=True,

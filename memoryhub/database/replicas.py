@@ -153,8 +153,18 @@ if (not current) or current < ARGV[1] then
 end
 return 1
 """
+_REPLACE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+end
+return 1
+"""
 _LSN_WIDTH = 16  # hex digits: fixed width, so comparing the text compares the numbers
-_POSITION = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+_POSITION = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn, current_setting('wal_block_size')::int"
+# A WAL page starts with a header: 24 bytes, 40 on a segment's first page. The
+# insert position after a record that ended a page is past the next page's
+# header, where no replica's replay position ever stops.
+_PAGE_HEADERS = (24, 40)
 
 
 class _Shared:
@@ -166,6 +176,7 @@ class _Shared:
         timeout = settings.MEMORYHUB_READ_REPLICA_REDIS_TIMEOUT_SECONDS
         self.redis = Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.record_script = self.redis.register_script(_RECORD_SCRIPT)
+        self.replace_script = self.redis.register_script(_REPLACE_SCRIPT)
         self.prefix = f"{settings.CACHES['default'].get('KEY_PREFIX', '')}:read-pool:written-position:"
 
     def key(self) -> str:
@@ -178,6 +189,12 @@ class _Shared:
     def recorded(self) -> int | None:
         value = self.redis.get(self.key())
         return None if value is None else int(value, 16)
+
+    def replace(self, expected: int, lsn: int) -> None:
+        """Set the position to `lsn`, lower, if it still is `expected` (a
+        record no position of this primary reaches); a position recorded
+        since stays."""
+        self.replace_script(keys=[self.key()], args=[f"{expected:0{_LSN_WIDTH}x}", f"{lsn:0{_LSN_WIDTH}x}"])
 
 
 _shared: _Shared | None = None
@@ -200,9 +217,14 @@ def _shared_state() -> _Shared:
 
 
 def _position(wrapper: Any) -> int:
+    """The primary's WAL position now (on `wrapper`, the primary's
+    connection): where everything written so far ends."""
     with wrapper.cursor() as cursor:
         cursor.execute(_POSITION)
-        return int(cursor.fetchone()[0])
+        position, block = cursor.fetchone()
+    position = int(position)
+    into_page = position % block
+    return position - into_page if into_page in _PAGE_HEADERS else position
 
 
 def note_written(wrapper: Any) -> None:
@@ -235,7 +257,19 @@ def written() -> int | None:
     return _shared_state().recorded()
 
 
-def _needed() -> int:
+@dataclass(frozen=True)
+class Needed:
+    """What a replica must have replayed to serve a read: `position`, from
+    `recorded` (the position in Redis, None when none was) and this
+    process's own writes Redis did not take; read before `read_at`
+    (monotonic)."""
+
+    position: int
+    recorded: int | None
+    read_at: float
+
+
+def _needed() -> Needed:
     """The position a replica must have replayed to serve the read about to
     start: the primary's last recorded write, and this process's own that
     Redis did not take yet (shared again now). With none recorded (a new
@@ -252,10 +286,11 @@ def _needed() -> int:
                 _unshared = 0
     recorded = shared.recorded()
     if recorded is None:
-        recorded = _position(connections[DEFAULT_DB_ALIAS])
-        shared.record(recorded)
+        position = _position(connections[DEFAULT_DB_ALIAS])
+        shared.record(position)
         logger.warning("no position of the primary's last write was recorded: recorded its position now")
-    return max(recorded, _unshared)
+        return Needed(max(position, _unshared), None, time.monotonic())
+    return Needed(max(recorded, _unshared), recorded, time.monotonic())
 
 
 # --------------------------------------------------------------------------- the replicas' states
@@ -273,6 +308,9 @@ class ReplicaState:
     # The latest moment (monotonic) it is known to have replayed everything
     # the primary had written then: its lag is the time since.
     caught_up_at: float = NEVER
+    # The primary's position read just before (None: it did not answer), and when.
+    primary: int | None = None
+    primary_at: float = NEVER
     error: str = ""
 
 
@@ -321,14 +359,14 @@ class ReadPool:
         self._turn = (self._turn + 1) % len(self.aliases)
         return [*self.aliases[self._turn:], *self.aliases[:self._turn]]
 
-    def refusal(self, alias: str, needed: int) -> str | None:
+    def refusal(self, alias: str, needed: Needed) -> str | None:
         """None when `alias` may serve a read that must see the primary's
-        writes up to position `needed`; else why not."""
+        writes up to `needed`; else why not."""
         state = self.states[alias]
         now = time.monotonic()
         if state.answered:
             stale = now - state.checked > settings.MEMORYHUB_READ_REPLICA_CHECK_SECONDS
-            if stale or (state.in_recovery and state.replayed < needed):
+            if stale or (state.in_recovery and state.replayed < needed.position):
                 state = self.check(alias)
         elif now - state.checked > settings.MEMORYHUB_READ_REPLICA_RETRY_SECONDS:
             state = self.check(alias)
@@ -338,21 +376,32 @@ class ReadPool:
             return PROMOTED
         if time.monotonic() - state.caught_up_at > settings.MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS:
             return LAGGING
-        return None if state.replayed >= needed else BEHIND
+        if state.replayed >= needed.position:
+            return None
+        if (state.primary is not None and state.primary_at > needed.read_at and needed.recorded is not None
+                and needed.recorded > state.primary):
+            # Recorded beyond where the primary was after the record was read: no write of this primary
+            # (Redis restored from another time, the database restored or rebuilt under its name). Its
+            # position then takes the record's place, and is needed.
+            logger.error("the recorded position of the primary's last write is beyond the primary's own: "
+                         "replaced by the primary's position")
+            with contextlib.suppress(Exception):
+                _shared_state().replace(needed.recorded, state.primary)
+            return None if state.replayed >= max(state.primary, _unshared) else BEHIND
+        return BEHIND
 
     def check(self, alias: str) -> ReplicaState:
-        """Read the replica's state from it (one statement), and the primary's
-        position when it was last read longer ago than the check interval (one
-        more). One thread checks a replica at a time: the others go on with
-        what was last read."""
+        """Read the replica's state from it (one statement), with the primary's
+        position just before (one more). One thread checks a replica at a
+        time: the others go on with what was last read, but for a replica
+        not read yet (or lost by a read), which they wait for (at most its
+        connect timeout and a second; past that it counts as not answering)."""
         checking = self._checking[alias]
         first = self.states[alias].checked == NEVER
         if first:
-            # Never read yet (or lost by a read): wait for the reading under way, which ends within the
-            # connect timeout, rather than take a replica not yet read for one that does not answer.
             wait = float(connections[alias].settings_dict["OPTIONS"].get("connect_timeout", 2)) + 1.0
             if not checking.acquire(timeout=wait):
-                return self.states[alias]
+                return replace(self.states[alias], answered=False)
         elif not checking.acquire(blocking=False):
             return self.states[alias]
         try:
@@ -364,7 +413,8 @@ class ReadPool:
 
     def _check(self, alias: str) -> ReplicaState:
         before = self.states[alias]
-        self._see_primary()
+        primary_at = time.monotonic()
+        primary = self._see_primary()
         try:
             with connections[alias].cursor() as cursor:
                 cursor.execute("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() - '0/0'::pg_lsn, "
@@ -379,39 +429,48 @@ class ReadPool:
             return state
         now = time.monotonic()
         replayed = int(replayed) if replayed is not None else -1
+        # When it last had replayed all the primary had written: the primary's positions read at the
+        # last two checks, and the time of the last commit it replayed (a commit's time comes before
+        # its record is written).
         caught_up_at = max([before.caught_up_at if before.answered else NEVER,
-                            *(seen_at for position, seen_at in self.primary_seen if replayed >= position)])
-        if caught_up_at == NEVER and replay_age is not None:
-            # First sight and already behind: the primary's last commit it has replayed is this old.
-            caught_up_at = now - float(replay_age)
+                            *(seen_at for position, seen_at in self.primary_seen if replayed >= position),
+                            now - max(0.0, float(replay_age)) if replay_age is not None else NEVER])
         state = ReplicaState(alias, checked=now, answered=True, in_recovery=bool(in_recovery), replayed=replayed,
-                             caught_up_at=caught_up_at)
+                             caught_up_at=caught_up_at, primary=primary, primary_at=primary_at)
         if before.in_recovery and not state.in_recovery:
             logger.error("read replica %s is no longer in recovery (promoted?): no read is served from it", alias)
         self.states[alias] = state
         return state
 
-    def _see_primary(self) -> None:
-        seen = self.primary_seen
-        if seen and time.monotonic() - seen[-1][1] <= settings.MEMORYHUB_READ_REPLICA_CHECK_SECONDS:
-            return
+    def _see_primary(self) -> int | None:
+        """The primary's position now, kept with the one before; None when it does not answer."""
         try:
             position = _position(connections[DEFAULT_DB_ALIAS])
         except Exception:  # noqa: BLE001 - without it, lag is read from the replica's own replay time
             logger.warning("could not read the primary's position for the replicas' lag", exc_info=True)
-            return
-        self.primary_seen = (*seen[-1:], (position, time.monotonic()))
+            return None
+        self.primary_seen = (*self.primary_seen[-1:], (position, time.monotonic()))
+        return position
 
     def lost(self, alias: str, error: BaseException) -> None:
-        """A read lost `alias` mid-way: ask it again before it serves another."""
+        """A read lost `alias` mid-way: its pooled connections are dropped, and
+        the next read asks it again (unless a reading since already found it
+        down)."""
         _discard(alias)
-        self.states[alias] = replace(self.states[alias], checked=NEVER)
+        current = self.states[alias]
+        if current.answered:
+            self.states[alias] = replace(current, answered=False, checked=NEVER)
         logger.warning("a read lost read replica %s and ran again on the primary: %s", alias, error)
 
 
 def _discard(alias: str) -> None:
+    """Drop this thread's connection to `alias` and the process's pooled ones
+    (after a restart of the replica, each would fail a read in turn)."""
+    wrapper: Any = connections[alias]
     with contextlib.suppress(Exception):
-        connections[alias].close()
+        wrapper.close()
+    with contextlib.suppress(Exception):
+        wrapper.close_pool()
 
 
 _pool: ReadPool | None = None
@@ -579,7 +638,7 @@ def reads_from_pool(function: Callable[..., T]) -> Callable[..., T]:
 
 __all__ = [
     "BEHIND", "DEGRADED", "DOWN", "LAGGING", "PROMOTED", "READY", "SAID", "UNAVAILABLE", "UNKNOWN", "Choice",
-    "ReadPool", "ReadRouter", "ReplicaState", "Served", "changes_data", "choose", "counts_as_write", "note_written",
-    "on_pool", "read_alias", "read_connection", "read_pool", "reading_on", "reads_from_pool", "replica_aliases",
-    "report", "served",
+    "Needed", "ReadPool", "ReadRouter", "ReplicaState", "Served", "changes_data", "choose", "counts_as_write",
+    "note_written", "on_pool", "read_alias", "read_connection", "read_pool", "reading_on", "reads_from_pool",
+    "replica_aliases", "report", "served",
 ]

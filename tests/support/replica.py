@@ -58,9 +58,12 @@ class Replica:
         primary_host = self.primary["HOST"] or self.primary["OPTIONS"].get("host", "")
         primary_port = str(self.primary.get("PORT") or self.primary["OPTIONS"].get("port") or 5432)
         with self._primary() as primary:
-            # Slots of standbys a killed run left behind hold WAL on the primary for ever.
-            primary.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                            "WHERE slot_name LIKE %s AND NOT active", [f"{SLOT_PREFIX}%"])
+            # Slots of standbys a killed run left behind hold WAL on the primary for ever (a live
+            # process's, stopped for a while, are its own).
+            for (slot,) in primary.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s "
+                                           "AND NOT active", [f"{SLOT_PREFIX}%"]).fetchall():
+                if not Path(f"/proc/{slot.rsplit('_', 1)[-1]}").exists():
+                    primary.execute("SELECT pg_drop_replication_slot(%s)", [slot])
         # A slot of its own: the primary keeps the WAL it has not replayed, through a stop and a start.
         self.slot = f"{SLOT_PREFIX}{self.port}_{os.getpid()}"
         atexit.register(self.remove)
