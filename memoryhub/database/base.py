@@ -107,8 +107,9 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
             elif self.in_atomic_block and self.commit_on_exit:
                 # Django's atomic block: once it commits, first of its commit hooks (so no other hook's
                 # failure skips it), as on_commit() keeps one, with the savepoints it was made in.
-                if not any(entry[1] == self._note_written for entry in self.run_on_commit):
-                    self.run_on_commit.insert(0, (set(self.savepoint_ids), self._note_written, True))
+                hooks: list[Any] = self.run_on_commit  # Django 5.2's: (savepoint ids, callable, robust)
+                if not any(entry[1] == self._note_written for entry in hooks):
+                    hooks.insert(0, (set(self.savepoint_ids), self._note_written, True))
             else:
                 # A transaction managed by hand (atomic blocks inside it included): when it commits (_commit).
                 self.written_uncommitted = True
