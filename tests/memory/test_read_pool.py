@@ -125,6 +125,15 @@ def test_a_search_is_served_by_the_replica_and_its_receipt_written_on_the_primar
     assert Fragment.objects.count() >= 1  # the primary answers as before
 
 
+def test_a_standby_left_running_is_a_leftover_of_its_data_folder(standby: dict[str, Replica]) -> None:
+    """./dev test's last check would find one a killed run left behind."""
+    from memoryhub.runtime import embedded
+    from memoryhub.runtime.leaks import leftover_processes
+
+    found = leftover_processes(embedded.data_dir())
+    assert any(str(standby["replica"].pgdata) in process for process in found), found
+
+
 @on_replica
 def test_the_receipt_replays_on_the_replica_and_a_persons_pages_read_there(
     live_people: People, replica: Replica, pool: str

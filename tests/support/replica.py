@@ -34,15 +34,16 @@ class Replica:
     port: int = field(default_factory=free_port)
     promoted: bool = False
     slot: str = ""
-    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="memoryhub-replica-")))
+    # Beside the data folder's own PostgreSQL, named after it: a standby a killed run left behind is
+    # one of the data folder's leftover processes (memoryhub.runtime.leaks), as its primary would be.
+    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(
+        prefix=f"{embedded.postgres_dir().name}-standby-", dir=embedded.postgres_dir().parent)))
+    # Unix socket paths are short: under /tmp.
+    socket_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mh-standby-")))
 
     @property
     def pgdata(self) -> Path:
         return self.folder / "data"
-
-    @property
-    def socket_dir(self) -> Path:
-        return self.folder / "socket"
 
     def url(self) -> str:
         """The replica's DATABASE_READ_URLS entry for the tests' database."""
@@ -53,7 +54,6 @@ class Replica:
         primary_conninfo written) and start the copy as a hot standby."""
         # The binaries run as the embedded server's owner when we are root: the folder is theirs.
         embedded._chown_for_owner(self.folder)
-        self.socket_dir.mkdir()
         embedded._chown_for_owner(self.socket_dir)
         primary_host = self.primary["HOST"] or self.primary["OPTIONS"].get("host", "")
         primary_port = str(self.primary.get("PORT") or self.primary["OPTIONS"].get("port") or 5432)
@@ -125,6 +125,7 @@ class Replica:
                 primary.execute("SELECT pg_drop_replication_slot(%s)", [self.slot])
             self.slot = ""
         shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     @contextlib.contextmanager
     def admin(self) -> Iterator[psycopg.Connection]:
