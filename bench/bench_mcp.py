@@ -89,24 +89,31 @@ def tokens_for(size: int, base_url: str) -> list[tuple[object, str]]:
     return readers
 
 
-def mcp_call(http, url: str, token: str, query: str) -> None:
+def tool_call(http, url: str, token: str, name: str, arguments: dict,  # type: ignore[no-untyped-def]
+              client: str = "bench-mcp") -> dict:
+    """`tools/call name` at revision MODERN with `token`; its structured result."""
     body = json.dumps({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "memory_search", "arguments": {"query": query}, "_meta": {
+        "params": {"name": name, "arguments": arguments, "_meta": {
             "io.modelcontextprotocol/protocolVersion": MODERN,
             "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "bench-mcp", "version": "0"},
+            "io.modelcontextprotocol/clientInfo": {"name": client, "version": "0"},
         }},
     }).encode()
     answer = http.post(url, content=body, headers={
         "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "memory_search",
+        "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name,
         "Authorization": f"Bearer {token}",
     })
     payload = answer.json()
     if answer.status_code != 200 or payload.get("result", {}).get("isError"):
-        raise RuntimeError(f"memory_search over MCP: {answer.status_code} {answer.text[:300]}")
-    if not payload["result"]["structuredContent"]["receipt_id"]:
+        raise RuntimeError(f"{name} over MCP: {answer.status_code} {answer.text[:300]}")
+    result: dict = payload["result"]["structuredContent"]
+    return result
+
+
+def mcp_call(http, url: str, token: str, query: str) -> None:  # type: ignore[no-untyped-def]
+    if not tool_call(http, url, token, "memory_search", {"query": query})["receipt_id"]:
         raise RuntimeError("no receipt")
 
 
@@ -160,6 +167,27 @@ def concurrent(
         "requests_per_s": round(len(samples) / seconds, 1),
         "p50_ms": round(statistics.median(samples), 2), "p95_ms": round(percentile(samples, 95), 2),
     }
+
+
+def searches_at_once(url: str, tokens: list[tuple[object, str]], plan: list[tuple[str, int]], n: int,
+                     clients: int) -> dict:
+    """`n` memory_search calls over MCP at `url` (the plan's queries, each by
+    its reader's token) shared by `clients` threads, each on a keep-alive
+    connection of its own (`concurrent`'s figures)."""
+    import httpx2
+
+    opened: list = []
+
+    def worker() -> Callable[[int], None]:
+        own = httpx2.Client(timeout=120, trust_env=False)
+        opened.append(own)
+        return lambda i: mcp_call(own, url, tokens[plan[i % len(plan)][1]][1], plan[i % len(plan)][0])
+
+    try:
+        return concurrent(worker, n, clients)
+    finally:
+        for own in opened:
+            own.close()
 
 
 def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
@@ -222,19 +250,8 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
         )
         connection.close()
         for mode in args.db_modes:
-            clients: list = []
-
-            def worker(mode: str = mode, clients: list = clients) -> Callable[[int], None]:
-                own = httpx2.Client(timeout=120, trust_env=False)
-                clients.append(own)
-                return lambda i: mcp_call(own, f"{urls[mode]}/mcp", tokens[mode][plan[i % len(plan)][1]][1],
-                                          plan[i % len(plan)][0])
-
-            try:
-                many = concurrent(worker, len(plan) * args.rounds, args.concurrency)
-            finally:
-                for own in clients:
-                    own.close()
+            many = searches_at_once(f"{urls[mode]}/mcp", tokens[mode], plan, len(plan) * args.rounds,
+                                    args.concurrency)
             one = summary(samples[mode])
             # One client at a time: each call starts when the one before it ended.
             one["requests_per_s"] = round(1000 / statistics.mean(samples[mode]), 1)
@@ -359,30 +376,43 @@ def markdown(results: dict) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--queries", type=int, default=200, help="queries per size, one at a time")
-    parser.add_argument("--rounds", type=int, default=2, help="concurrent run: this many times the queries")
+def server_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments every benchmark of servers over MCP takes, parsed with
+    the parser's own; this process then runs on one server worker's share of
+    the cores, as the service path of a search does in one."""
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--db-modes", default="pool,per-request", type=lambda text: text.split(","),
-                        help=f"how the server gets database connections, any of {', '.join(DB_MODES)}")
     parser.add_argument("--workers", type=int, default=0,
                         help="worker processes per server (default 0: mcpapi.serving's own, one per core)")
     parser.add_argument("--no-append", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args()
-    # The service path here runs as one of the server's workers does: on its share of the cores.
     os.environ.setdefault(CORES_PER_PROCESS, str(cores_per_process(args.workers or default_workers())))
+    return args
 
-    data = json.loads(DATA.read_text())
-    seeds = [item["value"] for item in data["fragments"]]
-    results: dict = {
+
+def run_record(args: argparse.Namespace) -> dict:
+    """What a run over MCP records of itself, the machine and its load; its
+    results go under "sizes"."""
+    return {
         "queries": args.queries, "rounds": args.rounds, "clients": args.concurrency,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "workers": (f"{args.workers} worker processes" if args.workers
                     else f"its default of one worker process per core ({default_workers()})"),
         "date": dt.date.today().isoformat(), "load_average_before": round(os.getloadavg()[0], 1), "sizes": {},
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=200, help="queries per size, one at a time")
+    parser.add_argument("--rounds", type=int, default=2, help="concurrent run: this many times the queries")
+    parser.add_argument("--db-modes", default="pool,per-request", type=lambda text: text.split(","),
+                        help=f"how the server gets database connections, any of {', '.join(DB_MODES)}")
+    args = server_arguments(parser)
+
+    data = json.loads(DATA.read_text())
+    seeds = [item["value"] for item in data["fragments"]]
+    results = run_record(args)
     with bench_database():
         corpus = Corpus(seeds)
         for size in [int(s) for s in args.sizes.split(",")]:

@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
-import os
-import platform
 import random
 import re
 import secrets
@@ -47,11 +44,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_edge import free_port, process, service_env  # noqa: E402
-from bench_mcp import MODERN, concurrent, mcp_call, scrape, tokens_for  # noqa: E402
+from bench_mcp import mcp_call, run_record, scrape, searches_at_once, server_arguments, tokens_for, tool_call  # noqa: E402
 from common import bench_database, publish, summary, timed  # noqa: E402
 from search_bench import DATA, Corpus, build  # noqa: E402
-
-from mcpapi.serving import CORES_PER_PROCESS, cores_per_process, default_workers  # noqa: E402
 
 SECTION = "## Read replicas: the primary alone against the primary and one replica"
 SERVERS = ("primary", "replica")
@@ -59,22 +54,7 @@ READS = re.compile(r'memoryhub_read_pool_reads_total\{served_by="(?P<where>[a-z_
 
 
 def whoami_call(http, url: str, token: str) -> str:  # type: ignore[no-untyped-def]
-    body = json.dumps({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "whoami", "arguments": {}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "bench-replica", "version": "0"},
-        }},
-    }).encode()
-    answer = http.post(url, content=body, headers={
-        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "whoami",
-        "Authorization": f"Bearer {token}",
-    })
-    if answer.status_code != 200:
-        raise RuntimeError(f"whoami over MCP: {answer.status_code} {answer.text[:300]}")
-    state: str = answer.json()["result"]["structuredContent"]["read_pool_ready"]
+    state: str = tool_call(http, url, token, "whoami", {}, client="bench-replica")["read_pool_ready"]
     return state
 
 
@@ -154,19 +134,8 @@ def measure(size: int, queries: list[str], args: argparse.Namespace) -> dict:
             for round_number in range(args.rounds):
                 order = SERVERS if round_number % 2 == 0 else SERVERS[::-1]
                 for name in order:
-                    clients: list = []
-
-                    def worker(name: str = name, clients: list = clients) -> Callable[[int], None]:
-                        own = httpx2.Client(timeout=120, trust_env=False)
-                        clients.append(own)
-                        return lambda i: mcp_call(own, f"{urls[name]}/mcp", tokens[name][plan[i % len(plan)][1]][1],
-                                                  plan[i % len(plan)][0])
-
-                    try:
-                        rounds[name].append(concurrent(worker, len(plan), args.concurrency))
-                    finally:
-                        for own in clients:
-                            own.close()
+                    rounds[name].append(searches_at_once(f"{urls[name]}/mcp", tokens[name], plan, len(plan),
+                                                         args.concurrency))
             result["concurrent"] = {
                 name: {"rounds": runs,
                        "requests_per_s_median": statistics.median(run["requests_per_s"] for run in runs),
@@ -216,10 +185,12 @@ def in_process(standby, callers: list, repeat: int) -> dict:  # type: ignore[no-
     return found
 
 
-def why_primary(by: dict[str, float]) -> str:
+def where_served(by: dict[str, float]) -> str:
+    """How many reads the standby and the primary served, and why the primary did."""
     reasons = [f"{key.split(':', 1)[1].replace('_', ' ')}: {count:g}" for key, count in sorted(by.items())
                if key.startswith("primary:") and count]
-    return f" ({', '.join(reasons)})" if reasons else ""
+    why = f" ({', '.join(reasons)})" if reasons else ""
+    return f"{by['replica']:g} by the standby, {by['primary']:g} by the primary{why}"
 
 
 def markdown(results: dict) -> str:
@@ -238,9 +209,8 @@ def markdown(results: dict) -> str:
                          f"{one[f'{kind}:primary']['p50_ms']} / {one[f'{kind}:primary']['p95_ms']} ms | "
                          f"{one[f'{kind}:replica']['p50_ms']} / {one[f'{kind}:replica']['p95_ms']} ms |")
         by = found["one_at_a_time_served_by"]
-        lines += ["", f"Reads the replica server served, one at a time: {by['replica']:g} by the standby, "
-                      f"{by['primary']:g} by the primary{why_primary(by)}, {by['primary_after_loss']:g} after losing "
-                      "the standby.",
+        lines += ["", f"Reads the replica server served, one at a time: {where_served(by)}, "
+                      f"{by['primary_after_loss']:g} after losing the standby.",
                   "", f"| {found['clients']} clients at once | requests/s by round | p50 by round |", "|---|---|---|"]
         for name in SERVERS:
             runs = found["concurrent"][name]["rounds"]
@@ -250,7 +220,7 @@ def markdown(results: dict) -> str:
         by = found["concurrent_served_by"]
         lines += ["", f"Throughput with the replica / primary alone (medians of the rounds): "
                       f"**{found['throughput_ratio']}×**. Reads the replica server served at once: "
-                      f"{by['replica']:g} by the standby, {by['primary']:g} by the primary{why_primary(by)}.", ""]
+                      f"{where_served(by)}.", ""]
         own = found["in_process"]
         lines += ["| in this process | p50 / p95 |", "|---|---|",
                   f"| `replicas.choose()`, the standby's state known | {own['choose_state_known']['p50_ms']} / "
@@ -303,22 +273,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=10000)
     parser.add_argument("--queries", type=int, default=200, help="queries, one at a time and per concurrent round")
     parser.add_argument("--rounds", type=int, default=3, help="concurrent rounds per server, alternating")
-    parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=300, help="calls of each in-process step")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="worker processes per server (default 0: mcpapi.serving's own, one per core)")
-    parser.add_argument("--no-append", action="store_true", help="leave docs/benchmarks.md alone")
-    args = parser.parse_args()
-    os.environ.setdefault(CORES_PER_PROCESS, str(cores_per_process(args.workers or default_workers())))
+    args = server_arguments(parser)
 
     data = json.loads(DATA.read_text())
-    results: dict = {
-        "queries": args.queries, "rounds": args.rounds, "clients": args.concurrency,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "workers": (f"{args.workers} worker processes" if args.workers
-                    else f"its default of one worker process per core ({default_workers()})"),
-        "date": dt.date.today().isoformat(), "load_average_before": round(os.getloadavg()[0], 1), "sizes": {},
-    }
+    results = run_record(args)
     with bench_database():
         build(args.size, Corpus([item["value"] for item in data["fragments"]]), rebuild=False)
         rng = random.Random(7)
