@@ -214,8 +214,9 @@ for _number, _url in enumerate(envlist("DATABASE_READ_URLS"), start=1):
     DATABASES[f"replica{_number}"] = read_replica_database(_url)
 MEMORYHUB_READ_REPLICAS = tuple(alias for alias in DATABASES if alias != "default")
 DATABASE_ROUTERS = ["memoryhub.database.replicas.ReadRouter"]
-# A replica behind the primary's last write by more than this is `degraded`
-# (reads it cannot serve go to the primary whatever the bound).
+# A replica that has not replayed what the primary had written longer ago than
+# this serves nothing, and the pool reads `degraded` (a read needing a write
+# the replica has not replayed goes to the primary whatever the bound).
 MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS = envfloat("MEMORYHUB_READ_REPLICA_MAX_LAG_SECONDS", 10.0)
 # How often a process reads a replica's state when nothing asks sooner, and
 # asks again a replica that did not answer.

@@ -91,6 +91,8 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.preparing = 0
+        # A transaction managed by hand wrote: its position is recorded when it commits (_commit).
+        self.written_uncommitted = False
         if self.alias == DEFAULT_DB_ALIAS:
             # First of the wrappers, for good: execute_wrapper() adds and pops after it.
             self.execute_wrappers.append(self._writes_noted)
@@ -120,7 +122,7 @@ class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]
 
     def _commit(self) -> None:
         super()._commit()  # type: ignore[misc]
-        if getattr(self, "written_uncommitted", False):
+        if self.written_uncommitted:
             self.written_uncommitted = False
             self._note_written()
             try:
